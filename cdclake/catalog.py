@@ -1,0 +1,58 @@
+"""pyiceberg access to the shared catalog: the light way for DAG tasks to read table state
+without starting a JVM. pyiceberg is imported lazily."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cdclake import staging, watermark
+from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+
+def open_catalog(settings: Settings) -> SqlCatalog:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        settings.catalog_name,
+        uri=settings.catalog_url,
+        warehouse=settings.warehouse,
+        schema_version="v1",
+    )
+
+
+def load_table(settings: Settings, table: str) -> Table | None:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return open_catalog(settings).load_table((settings.namespace, table))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def table_watermark(settings: Settings, table: str) -> watermark.Watermark:
+    t = load_table(settings, table)
+    if t is None or t.current_snapshot() is None:
+        return watermark.Watermark()
+    from pyiceberg.table.snapshots import ancestors_of
+
+    snaps = ancestors_of(t.current_snapshot(), t.metadata)
+    return watermark.from_summaries(dict(s.summary.additional_properties) if s.summary else None for s in snaps)
+
+
+def pending_tables(settings: Settings, only: list[str] | None = None) -> dict[str, int]:
+    """Tables with staging objects not yet consumed, and how many."""
+    store = staging.LocalStaging(settings.staging_dir)
+    wanted = {t.lower() for t in only} if only else None
+    out: dict[str, int] = {}
+    for table in store.tables():
+        if wanted is not None and table not in wanted:
+            continue
+        wm = table_watermark(settings, table)
+        n = sum(1 for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
+        if n:
+            out[table] = n
+    return out

@@ -1,0 +1,116 @@
+"""The CDC event and batch contracts (the seed's wire format) and their validation.
+
+Decoding is typed (msgspec): a malformed batch fails with :class:`InvalidBatch` whose ``field``
+is a JSON path such as ``$.events[3].sequence`` and whose ``message`` says what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+Operation = Literal["INSERT", "UPDATE", "DELETE"]
+
+TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_ROW_ID_CHARS = 1024
+MAX_EVENTS_PER_BATCH = 100_000
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]
+SourceId = Annotated[str, msgspec.Meta(pattern=SOURCE_PATTERN)]
+RowId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROW_ID_CHARS)]
+
+
+class CDCEvent(msgspec.Struct, omit_defaults=True):
+    """One change of one row, as the seed defines it."""
+
+    sequence: NonNegative
+    """Producer's monotonically increasing event sequence: the ordering value of the change."""
+    timestamp: NonNegative
+    """Unix time of the change in milliseconds."""
+    operation: Operation
+    table: TableName
+    rowId: RowId
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class Batch(msgspec.Struct):
+    """What a producer sends: its id, its per-producer batch sequence number, the events."""
+
+    source: SourceId
+    sequenceNumber: NonNegative
+    events: Annotated[list[CDCEvent], msgspec.Meta(min_length=1, max_length=MAX_EVENTS_PER_BATCH)]
+
+
+class StagedEvent(msgspec.Struct, omit_defaults=True):
+    """One line of a staging object: the event plus the batch it came in."""
+
+    source: str
+    batchSequence: int
+    sequence: int
+    timestamp: int
+    operation: Operation
+    rowId: str
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class InvalidBatch(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def as_json(self) -> dict[str, str]:
+        return {"error": "invalid_format", "field": self.field, "message": self.message}
+
+
+_decoder = msgspec.json.Decoder(Batch)
+_encoder = msgspec.json.Encoder()
+_AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]*)`$", re.S)
+
+
+def decode_batch(body: bytes) -> Batch:
+    """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
+    try:
+        batch = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        m = _AT.match(str(exc))
+        if m:
+            raise InvalidBatch(m["path"], m["msg"]) from None
+        raise InvalidBatch("$", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidBatch("$", f"malformed JSON: {exc}") from None
+    for i, ev in enumerate(batch.events):
+        if ev.operation != "DELETE" and ev.after is None:
+            raise InvalidBatch(f"$.events[{i}].after", f"required for {ev.operation}")
+    return batch
+
+
+def stage_lines(batch: Batch) -> dict[str, bytes]:
+    """Split a batch into one NDJSON payload per table (table names lower-cased)."""
+    out: dict[str, list[bytes]] = {}
+    for ev in batch.events:
+        rec = StagedEvent(
+            source=batch.source,
+            batchSequence=batch.sequenceNumber,
+            sequence=ev.sequence,
+            timestamp=ev.timestamp,
+            operation=ev.operation,
+            rowId=ev.rowId,
+            before=ev.before,
+            after=ev.after,
+            metadata=ev.metadata,
+        )
+        out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
+    return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)

@@ -1,0 +1,72 @@
+"""Spark configuration for the shared Iceberg catalog, in one place.
+
+The same key/value pairs feed ``spark-submit --conf`` (the DAGs), an in-process SparkSession
+(tests, ``cdclake sql``) and the README's plain ``spark-sql`` example. pyspark is imported only
+inside :func:`session`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdclake.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REQUIRED_JARS = ("iceberg-spark-runtime-", "iceberg-aws-bundle-", "sqlite-jdbc-")
+
+
+def jar_paths(settings: Settings) -> list[str]:
+    """The jars fetched by ``make setup``; a clear error if they are missing."""
+    found = sorted(str(p) for p in Path(settings.jars_dir).glob("*.jar"))
+    missing = [prefix for prefix in REQUIRED_JARS if not any(Path(j).name.startswith(prefix) for j in found)]
+    if missing:
+        raise SettingsError(
+            f"CDCLAKE_JARS_DIR={settings.jars_dir} lacks {', '.join(m + '*.jar' for m in missing)}; "
+            "run `make setup` to fetch them"
+        )
+    return found
+
+
+def catalog_conf(settings: Settings) -> dict[str, str]:
+    """Spark properties that attach the shared Iceberg catalog."""
+    c = f"spark.sql.catalog.{settings.catalog_name}"
+    return {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        c: "org.apache.iceberg.spark.SparkCatalog",
+        f"{c}.type": "jdbc",
+        f"{c}.uri": settings.jdbc_url,
+        f"{c}.warehouse": settings.warehouse,
+        # pyiceberg's SqlCatalog reads and writes the same tables (iceberg_tables, ...).
+        f"{c}.jdbc.schema-version": "V1",
+        "spark.sql.defaultCatalog": settings.catalog_name,
+    }
+
+
+def job_conf(settings: Settings) -> dict[str, str]:
+    """Catalog plus the settings a micro-batch job wants on a small machine."""
+    return {
+        **catalog_conf(settings),
+        # Micro-batches are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.session.timeZone": "UTC",
+    }
+
+
+def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
+    """A SparkSession on ``settings.spark_master`` with the catalog configured."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    builder = builder.config("spark.jars", ",".join(jar_paths(settings)))
+    for key, value in job_conf(settings).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def table_ident(settings: Settings, table: str) -> str:
+    return f"{settings.catalog_name}.{settings.namespace}.{table}"

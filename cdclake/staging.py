@@ -1,0 +1,147 @@
+"""The staging layout: the ONLY place that knows how staging objects are named and ordered.
+
+An object holds the events of one (batch, table) as NDJSON of :class:`cdclake.events.StagedEvent`.
+Its key, relative to the staging root, is::
+
+    <table>/<YYYY-MM-DD>/<HH>/<landed_ms:013d>-<batch_sequence:020d>-<source>.ndjson
+
+so the lexicographic order of keys within a table is the order in which the receiver named them
+(UTC time first). That order is NOT a commit order: a slow writer can make an object visible after
+a later-named one was consumed. :mod:`cdclake.watermark` deals with that; nothing else should
+assume listings are complete up to "now".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+SUFFIX = ".ndjson"
+_NAME = re.compile(
+    r"^(?P<day>\d{4}-\d{2}-\d{2})/(?P<hour>\d{2})/(?P<ms>\d{13})-(?P<seq>\d{20})-(?P<source>[A-Za-z0-9][A-Za-z0-9._-]*)"
+    + re.escape(SUFFIX)
+    + "$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class ObjectKey:
+    """Identity of one staging object. Ordering follows :attr:`name`."""
+
+    table: str
+    name: str
+
+    @property
+    def path(self) -> str:
+        return f"{self.table}/{self.name}"
+
+    @property
+    def landed_ms(self) -> int:
+        return parse_name(self.name)[0]
+
+    @property
+    def batch_sequence(self) -> int:
+        return parse_name(self.name)[1]
+
+    @property
+    def source(self) -> str:
+        return parse_name(self.name)[2]
+
+
+def _prefix(ms: int) -> str:
+    t = datetime.fromtimestamp(ms / 1000, UTC)
+    return f"{t:%Y-%m-%d}/{t:%H}/{ms:013d}"
+
+
+def object_name(landed_ms: int, batch_sequence: int, source: str) -> str:
+    return f"{_prefix(landed_ms)}-{batch_sequence:020d}-{source}{SUFFIX}"
+
+
+def make_key(table: str, source: str, batch_sequence: int, landed_ms: int | None = None) -> ObjectKey:
+    ms = int(time.time() * 1000) if landed_ms is None else landed_ms
+    return ObjectKey(table, object_name(ms, batch_sequence, source))
+
+
+def parse_name(name: str) -> tuple[int, int, str]:
+    """``(landed_ms, batch_sequence, source)`` of an object name; ValueError if it is not one."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError(f"not a staging object name: {name!r}")
+    return int(m["ms"]), int(m["seq"]), m["source"]
+
+
+def horizon(ms: int) -> str:
+    """Every object named before this string (same table) was named before ``ms``."""
+    return _prefix(ms)
+
+
+class LocalStaging:
+    """Staging objects in a local folder. Writes are durable before :meth:`put` returns."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def uri(self, key: ObjectKey) -> str:
+        return (self.root / key.path).as_uri()
+
+    def put(self, key: ObjectKey, data: bytes) -> None:
+        """Write atomically and durably: temp file, fsync, rename, fsync the directory."""
+        final = self.root / key.path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+        _fsync_dir(final.parent)
+        # The hour and day folders may be new too; their entries must survive a crash as well.
+        _fsync_dir(final.parent.parent)
+        _fsync_dir(final.parent.parent.parent)
+
+    def get(self, key: ObjectKey) -> bytes:
+        return (self.root / key.path).read_bytes()
+
+    def tables(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def list(self, table: str, after: str = "") -> Iterator[ObjectKey]:
+        """Objects of ``table`` whose name sorts after ``after``, in key order."""
+        base = self.root / table
+        if not base.is_dir():
+            return
+        after_day, after_hour = after[:10], after[11:13]
+        for day in sorted(d.name for d in base.iterdir() if d.is_dir()):
+            if day < after_day:
+                continue
+            for hour in sorted(h.name for h in (base / day).iterdir() if h.is_dir()):
+                if (day, hour) < (after_day, after_hour):
+                    continue
+                for f in sorted(os.listdir(base / day / hour)):
+                    if f.endswith(SUFFIX) and not f.startswith("."):
+                        name = f"{day}/{hour}/{f}"
+                        if name > after and _NAME.match(name):
+                            yield ObjectKey(table, name)
+
+    def delete(self, key: ObjectKey) -> None:
+        (self.root / key.path).unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

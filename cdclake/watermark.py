@@ -1,0 +1,66 @@
+"""What a table has consumed from staging, stored in the snapshot summary of the commit that
+applied it (key :data:`SUMMARY_KEY`), so data and watermark commit atomically.
+
+Listing order is not commit order: an object can become visible after a later-named object was
+consumed. So the watermark is not a single position but ``low`` plus ``keys``:
+
+* every object named ``<= low`` has been consumed, and
+* ``keys`` are the consumed objects named ``> low``.
+
+``low`` only advances over names older than the landing grace (objects named that long ago are
+certainly visible), and only over a gap-free run of consumed names. Late objects therefore stay
+pending until applied, exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+SUMMARY_KEY = "cdclake.watermark"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Watermark:
+    low: str = ""
+    keys: frozenset[str] = field(default_factory=frozenset)
+
+    def consumed(self, name: str) -> bool:
+        return name <= self.low or name in self.keys
+
+    def advance(self, applied: Iterable[str], listed: Iterable[str], horizon: str) -> Watermark:
+        """The watermark after ``applied`` commits.
+
+        ``listed`` is every object name seen by the listing that found ``applied``; ``horizon``
+        is :func:`cdclake.staging.horizon` of (listing time - landing grace).
+        """
+        done = set(self.keys) | set(applied)
+        low = self.low
+        for name in sorted(n for n in listed if n > self.low):
+            if name >= horizon or name not in done:
+                break
+            low = name
+        return Watermark(low, frozenset(n for n in done if n > low))
+
+    def encode(self) -> str:
+        return json.dumps({"v": FORMAT_VERSION, "low": self.low, "keys": sorted(self.keys)}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> Watermark:
+        data = json.loads(text)
+        if data.get("v") != FORMAT_VERSION:
+            raise ValueError(f"{SUMMARY_KEY}: unsupported format version {data.get('v')!r}")
+        return cls(str(data["low"]), frozenset(data["keys"]))
+
+
+def from_summaries(summaries_newest_first: Iterable[Mapping[str, str] | None]) -> Watermark:
+    """The watermark of the newest snapshot in a table's ancestry that carries one.
+
+    Compaction and expiry snapshots carry none, so the walk goes on past them.
+    """
+    for summary in summaries_newest_first:
+        if summary and SUMMARY_KEY in summary:
+            return Watermark.decode(summary[SUMMARY_KEY])
+    return Watermark()

@@ -1,0 +1,1 @@
+"""PySpark jobs. Each module exposes ``main(spark, argv)`` wiring pure DataFrame transforms."""

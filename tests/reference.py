@@ -1,0 +1,55 @@
+"""An independent reference model of what the tables must contain: plain Python over the
+batches that were acknowledged, sharing no code with the pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """table -> rowId -> after-image, for every row alive after applying all events."""
+    seen: set[tuple[str, int]] = set()
+    latest: dict[str, dict[str, tuple[int, str, str, Any]]] = {}
+    for batch in batches:
+        for ev in batch["events"]:
+            ident = (batch["source"], ev["sequence"])
+            if ident in seen:
+                continue
+            seen.add(ident)
+            table = ev["table"].lower()
+            cur = latest.setdefault(table, {}).get(ev["rowId"])
+            order = (ev["sequence"], batch["source"])
+            if cur is None or order > (cur[0], cur[1]):
+                latest[table][ev["rowId"]] = (ev["sequence"], batch["source"], ev["operation"], ev.get("after"))
+    return {
+        table: {rid: after for rid, (_, _, op, after) in rows.items() if op != "DELETE"}
+        for table, rows in latest.items()
+    }
+
+
+def normalise_row(value: Any) -> Any:
+    """Spark Rows -> plain dicts/lists so they compare with JSON after-images."""
+    if hasattr(value, "asDict"):
+        return {k: normalise_row(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {k: normalise_row(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalise_row(v) for v in value]
+    return value
+
+
+def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> list[str]:
+    """Human-readable differences; empty when equal. ``actual`` rows may carry extra NULL columns."""
+    problems = []
+    for rid in sorted(set(expected) | set(actual), key=lambda r: (len(r), r)):
+        if rid not in actual:
+            problems.append(f"missing row {rid}: {expected[rid]}")
+        elif rid not in expected:
+            problems.append(f"unexpected row {rid}: {actual[rid]}")
+        else:
+            want = expected[rid]
+            got = {k: v for k, v in actual[rid].items() if k in want or v is not None}
+            if got != want:
+                problems.append(f"row {rid}: want {want} got {got}")
+    return problems
