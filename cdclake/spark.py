@@ -52,6 +52,9 @@ def job_conf(settings: Settings) -> dict[str, str]:
         # Micro-batches are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.session.timeZone": "UTC",
     }

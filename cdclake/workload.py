@@ -23,6 +23,12 @@ class Workload:
         return sum(len(b["events"]) for b in self.batches)
 
 
+def _money(rng: random.Random, low: float, high: float) -> float:
+    # Never integral: JSON "12.0" and "12" infer different types, and that is not what we test here.
+    x = round(rng.uniform(low, high), 2)
+    return x if x != int(x) else x + 0.25
+
+
 def _row(rng: random.Random, table: str, key: int) -> dict[str, Any]:
     if table == "customers":
         return {
@@ -30,17 +36,17 @@ def _row(rng: random.Random, table: str, key: int) -> dict[str, Any]:
             "name": f"customer-{key}",
             "email": f"c{key}@example.com",
             "tier": rng.choice(TIERS),
-            "balance": round(rng.uniform(0, 1000), 2) + 0.01,
+            "balance": _money(rng, 0, 1000),
         }
     if table == "orders":
         return {
             "order_id": key,
             "customer_id": rng.randrange(1, 50),
-            "amount": round(rng.uniform(1, 500), 2) + 0.01,
+            "amount": _money(rng, 1, 500),
             "status": rng.choice(STATUSES),
             "items": [{"sku": f"sku-{rng.randrange(100)}", "qty": rng.randrange(1, 5)} for _ in range(2)],
         }
-    return {"sku": f"sku-{key}", "title": f"product {key}", "price": round(rng.uniform(1, 99), 2) + 0.01}
+    return {"sku": f"sku-{key}", "title": f"product {key}", "price": _money(rng, 1, 99)}
 
 
 def generate(

@@ -1,0 +1,5 @@
+import sys
+
+from cdclake.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""``cdclake`` command line: demo, up, send, trigger, sql."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from cdclake.settings import Settings, load
+
+
+def _sigterm(signum: int, frame: Any) -> NoReturn:
+    # Turn SIGTERM into the same clean shutdown as Ctrl-C.
+    raise KeyboardInterrupt
+
+
+def post_workload(settings: Settings, batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """POST batches to the receiver; returns the acked ones. Raises on any refusal."""
+    import httpx
+
+    from cdclake.events import encode
+
+    acked = []
+    with httpx.Client(base_url=settings.receiver_url, timeout=30) as http:
+        for b in batches:
+            r = http.post("/v1/batches", content=encode(b), headers={"content-type": "application/json"})
+            if r.status_code != 200:
+                raise RuntimeError(f"batch {b['sequenceNumber']} refused: HTTP {r.status_code} {r.text[:300]}")
+            acked.append(b)
+    return acked
+
+
+def run_apply(stack: Any, progress: bool = True) -> str:
+    client = stack.airflow
+    client.wait_dag("cdc_apply")
+    client.unpause("cdc_apply")
+    run_id = client.trigger("cdc_apply")
+    stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
+    return str(client.wait_run("cdc_apply", run_id, progress=stack.say if progress else None))
+
+
+def sql(settings: Settings, statements: Sequence[str], rows: int = 50) -> None:
+    from cdclake.spark import session
+
+    spark = session(settings, "cdclake-sql")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        spark.sql(f"USE {settings.catalog_name}.{settings.namespace}") if _namespace_exists(spark, settings) else None
+        for stmt in statements:
+            print(f"\n{settings.catalog_name}> {stmt}")
+            spark.sql(stmt).show(rows, truncate=False)
+    finally:
+        spark.stop()
+
+
+def _namespace_exists(spark: Any, settings: Settings) -> bool:
+    return bool(spark.sql(f"SHOW NAMESPACES IN {settings.catalog_name} LIKE '{settings.namespace}'").collect())
+
+
+def demo(settings: Settings, keep_running: bool) -> int:
+    from cdclake.local import LocalStack
+    from cdclake.workload import generate
+
+    with LocalStack(settings) as stack:
+        w = generate()
+        unique = len({(b["source"], b["sequenceNumber"]) for b in w.batches})
+        stack.say(
+            f"sending {len(w.batches)} batches ({w.events} events, {len(w.batches) - unique} duplicate "
+            f"batches, out-of-order events) over 3 tables to {settings.receiver_url}/v1/batches"
+        )
+        t0 = time.monotonic()
+        post_workload(settings, w.batches)
+        stack.say(f"all {len(w.batches)} batches acked (durable in staging) in {time.monotonic() - t0:.1f}s")
+        state = run_apply(stack)
+        if state != "success":
+            stack.say(f"cdc_apply ended {state}; task logs: {stack.airflow_home / 'logs'}")
+            return 1
+        ns = f"{settings.catalog_name}.{settings.namespace}"
+        sql(
+            settings,
+            [
+                f"SELECT 'customers' AS tbl, count(*) AS rows FROM {ns}.customers UNION ALL "
+                f"SELECT 'orders', count(*) FROM {ns}.orders UNION ALL "
+                f"SELECT 'products', count(*) FROM {ns}.products",
+                f"SELECT id, name, tier, balance, _cdc_seq, _cdc_ts FROM {ns}.customers ORDER BY id LIMIT 10",
+                f"SELECT snapshot_id, operation, summary['cdclake.events-received'] AS received, "
+                f"summary['cdclake.events-duplicate'] AS duplicate, "
+                f"summary['cdclake.events-superseded'] AS superseded FROM {ns}.orders.snapshots",
+            ],
+        )
+        stack.say(
+            f"Airflow UI: {settings.airflow_url}  (user {'admin'}, password {stack.password}; "
+            f"stored in {stack.airflow_home / 'passwords.json'})"
+        )
+        if keep_running:
+            stack.say("services keep running; Ctrl-C stops them all")
+            _wait_forever(stack)
+        else:
+            stack.say("stopping services (run `make up` to keep them running and browse the UI)")
+    return 0
+
+
+def _wait_forever(stack: Any) -> None:
+    while True:
+        stack._assert_running()
+        time.sleep(2)
+
+
+def up(settings: Settings) -> int:
+    from cdclake.local import LocalStack
+
+    with LocalStack(settings) as stack:
+        stack.say(f"receiver: {settings.receiver_url}/v1/batches")
+        stack.say(f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password})")
+        stack.say("Ctrl-C stops everything")
+        _wait_forever(stack)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="cdclake", description="CDC events into Apache Iceberg via Airflow + Spark")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("demo", help="start everything, send sample CDC, apply it, show it with Spark SQL")
+    d.add_argument("--keep-running", action="store_true", help="leave services up until Ctrl-C")
+    sub.add_parser("up", help="start receiver + Airflow on 127.0.0.1 until Ctrl-C")
+    q = sub.add_parser("sql", help="run Spark SQL with the catalog configured")
+    q.add_argument("statement", nargs="+")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
+    settings = load()
+    try:
+        if args.cmd == "demo":
+            return demo(settings, args.keep_running)
+        if args.cmd == "up":
+            return up(settings)
+        sql(settings, args.statement)
+        return 0
+    except KeyboardInterrupt:
+        print("\n[cdclake] interrupted; all services stopped", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

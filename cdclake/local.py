@@ -1,0 +1,234 @@
+"""The embedded deployment on one machine: receiver + Airflow (api-server, scheduler,
+dag-processor on SQLite, LocalExecutor) + Spark local, every socket on 127.0.0.1.
+
+Airflow components are started one by one instead of ``airflow standalone``: standalone opens
+serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
+and :meth:`LocalStack.stop` ends each one together with its descendants (task runners,
+spark-submit JVMs), so Ctrl-C leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+
+from cdclake.airflow_api import AirflowClient
+from cdclake.settings import PROJECT_ROOT, Settings
+
+ADMIN_USER = "admin"
+
+
+def bin_path(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LocalStack:
+    def __init__(self, settings: Settings, log: IO[str] | None = None) -> None:
+        self.settings = settings
+        self.airflow_home = settings.home / "airflow"
+        self.logs = settings.home / "logs"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._log = log or sys.stdout
+        self._client: AirflowClient | None = None
+
+    # -------------------------------------------------------------- configuration
+
+    def say(self, msg: str) -> None:
+        print(f"[cdclake] {msg}", file=self._log, flush=True)
+
+    @property
+    def password(self) -> str:
+        """The admin password, generated once per state folder and kept in Airflow's file."""
+        path = self.airflow_home / "passwords.json"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}))
+            path.chmod(0o600)
+        pw: str = json.loads(path.read_text())[ADMIN_USER]
+        return pw
+
+    def _jwt_secret(self) -> str:
+        # Scheduler and api-server must share it, or task runners cannot call the execution API.
+        path = self.airflow_home / "jwt_secret"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(48))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def env(self) -> dict[str, str]:
+        s = self.settings
+        home = self.airflow_home
+        _ = self.password  # make sure the passwords file exists before Airflow reads it
+        env = {
+            **os.environ,
+            **s.as_env(),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.airflow_url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": s.airflow_host,
+            "AIRFLOW__API__PORT": str(s.airflow_port),
+            "AIRFLOW__API__BASE_URL": s.airflow_url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
+            "PYTHONUNBUFFERED": "1",
+        }
+        return env
+
+    # -------------------------------------------------------------- processes
+
+    def _spawn(self, name: str, cmd: list[str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        self.procs[name] = subprocess.Popen(
+            cmd,
+            env=self.env(),
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        out.close()
+
+    def _check_ports(self) -> None:
+        s = self.settings
+        for var, host, port in (
+            ("CDCLAKE_AIRFLOW_PORT", s.airflow_host, s.airflow_port),
+            ("CDCLAKE_RECEIVER_PORT", s.receiver_host, s.receiver_port),
+        ):
+            if not port_free(host, port):
+                raise RuntimeError(f"{host}:{port} is in use; stop what holds it or set {var}")
+
+    def start(self) -> LocalStack:
+        s = self.settings
+        self._check_ports()
+        for d in (s.home, s.staging_dir, self.airflow_home):
+            d.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self.say(f"state folder: {s.home}")
+        self.say("airflow db migrate (SQLite metadata database) ...")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / "airflow-db-migrate.log", "ab") as out:
+            rc = subprocess.run(
+                [bin_path("airflow"), "db", "migrate"], env=self.env(), cwd=PROJECT_ROOT, stdout=out, stderr=out
+            ).returncode
+        if rc:
+            raise RuntimeError(f"airflow db migrate failed ({rc}); see {self.logs / 'airflow-db-migrate.log'}")
+        self.say(f"starting receiver on {s.receiver_url} and Airflow on {s.airflow_url} (logs: {self.logs})")
+        self._spawn("receiver", [sys.executable, "-m", "receiver"])
+        self._spawn("airflow-api-server", [bin_path("airflow"), "api-server", "--host", s.airflow_host,
+                                           "--port", str(s.airflow_port), "--workers", "1"])
+        self._spawn("airflow-scheduler", [bin_path("airflow"), "scheduler", "--skip-serve-logs"])
+        self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
+        self.wait_receiver()
+        self.airflow.wait_healthy(timeout=180)
+        self.say(f"services up in {time.monotonic() - t0:.0f}s")
+        return self
+
+    def wait_receiver(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._assert_running()
+            try:
+                if httpx.get(f"{self.settings.receiver_url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"receiver not healthy after {timeout:.0f}s; see {self.logs / 'receiver.log'}")
+
+    def _assert_running(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with {p.returncode}; see {self.logs / (name + '.log')}")
+
+    @property
+    def airflow(self) -> AirflowClient:
+        if self._client is None:
+            self._client = AirflowClient(self.settings.airflow_url, ADMIN_USER, self.password)
+        return self._client
+
+    def stop(self) -> None:
+        """SIGTERM every process and its descendants, then SIGKILL what is left after 20s."""
+        import psutil
+
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        victims: list[psutil.Process] = []
+        for p in self.procs.values():
+            try:
+                proc = psutil.Process(p.pid)
+                victims += [proc, *proc.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        for v in victims:
+            try:
+                v.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(victims, timeout=20)
+        for v in alive:
+            try:
+                v.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=5)
+        for p in self.procs.values():
+            p.poll()
+        self.procs.clear()
+
+    def __enter__(self) -> LocalStack:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

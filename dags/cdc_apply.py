@@ -1,0 +1,105 @@
+"""cdc_apply: apply pending staging objects to their Iceberg tables, one Spark job per table."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Param, dag, task
+
+log = logging.getLogger(__name__)
+
+DOC = """
+### cdc_apply
+
+Finds the tables whose staging folder holds objects the table has not consumed yet (the
+consumed-staging watermark lives in the Iceberg snapshot summary, read here with pyiceberg), then
+runs `spark_jobs/apply.py` once per table through **spark-submit** (dynamic task mapping).
+
+Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
+`<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
+manual re-runs apply nothing twice. `max_active_runs=1`: two applies never race on one table.
+
+**Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
+The task log of each mapped `apply` task ends with a `CDCLAKE_RESULT {...}` line: objects
+consumed, events received / duplicate / superseded, keys merged.
+"""
+
+
+def _log_failure(context: dict[str, Any]) -> None:
+    ti = context.get("task_instance")
+    log.error(
+        "cdc_apply failed: task=%s map_index=%s try=%s reason=%s",
+        getattr(ti, "task_id", "?"),
+        getattr(ti, "map_index", "?"),
+        getattr(ti, "try_number", "?"),
+        context.get("exception"),
+    )
+
+
+@dag(
+    dag_id="cdc_apply",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    is_paused_upon_creation=False,
+    doc_md=DOC,
+    tags=["cdclake", "apply"],
+    default_args={
+        "owner": "cdclake",
+        "retries": 2,
+        "retry_delay": timedelta(seconds=10),
+        "retry_exponential_backoff": True,
+        "execution_timeout": timedelta(minutes=30),
+        "on_failure_callback": _log_failure,
+    },
+    params={
+        "tables": Param([], type="array", items={"type": "string"}, description="Tables to apply; empty = all"),
+        "max_objects": Param(1000, type="integer", minimum=1, description="Staging objects per table and run"),
+    },
+)
+def cdc_apply() -> None:
+    @task
+    def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One spark-submit per table with pending staging objects."""
+        import importlib.util
+        import sys
+
+        from cdclake.catalog import pending_tables
+        from cdclake.settings import load
+        from cdclake.spark import jar_paths, job_conf
+
+        params = params or {}
+        settings = load()
+        pending = pending_tables(settings, only=list(params.get("tables") or []))
+        log.info("pending staging objects per table: %s", pending or "none")
+        spec = importlib.util.find_spec("spark_jobs.apply")
+        assert spec and spec.origin, "spark_jobs.apply is not importable: run `make setup`"
+        conf = {
+            **job_conf(settings),
+            # Driver and workers run the interpreter that has cdclake installed.
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+        }
+        jars = ",".join(jar_paths(settings))
+        max_objects = int(params.get("max_objects") or settings.max_objects_per_run)
+        return [
+            {
+                "application": spec.origin,
+                "application_args": ["--table", table, "--max-objects", str(max_objects)],
+                "conf": conf,
+                "jars": jars,
+                "name": f"cdc_apply-{table}",
+            }
+            for table in sorted(pending)
+        ]
+
+    SparkSubmitOperator.partial(task_id="apply", conn_id="spark_default", max_active_tis_per_dagrun=4).expand_kwargs(
+        plan()
+    )
+
+
+cdc_apply()
