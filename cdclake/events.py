@@ -83,7 +83,10 @@ def decode_batch(body: bytes) -> Batch:
     except msgspec.ValidationError as exc:
         m = _AT.match(str(exc))
         if m:
-            raise InvalidBatch(m["path"], m["msg"]) from None
+            msg = m["msg"]
+            if m["path"].endswith(".operation"):
+                msg += " (expected INSERT, UPDATE or DELETE)"
+            raise InvalidBatch(m["path"], msg) from None
         raise InvalidBatch("$", str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidBatch("$", f"malformed JSON: {exc}") from None

@@ -62,8 +62,12 @@ def job_conf(settings: Settings) -> dict[str, str]:
 
 def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
     """A SparkSession on ``settings.spark_master`` with the catalog configured."""
+    import os
+
     from pyspark.sql import SparkSession
 
+    # Spark otherwise picks the host's external address for the driver and warns about it.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     builder = builder.config("spark.jars", ",".join(jar_paths(settings)))
     for key, value in job_conf(settings).items():

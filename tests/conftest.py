@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake import events, staging
+from cdclake.settings import Settings, load
+from cdclake.spark import catalog_conf
+
+
+def make_settings(home: Path, **overrides: Any) -> Settings:
+    return load({"CDCLAKE_HOME": str(home)}, **overrides)
+
+
+def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | None = None) -> list[staging.ObjectKey]:
+    """Land batches the way the receiver does (decode, split per table, durable put)."""
+    store = staging.LocalStaging(settings.staging_dir)
+    keys = []
+    for b in batches:
+        batch = events.decode_batch(events.encode(b))
+        for table, data in events.stage_lines(batch).items():
+            key = staging.make_key(table, batch.source, batch.sequenceNumber, landed_ms)
+            store.put(key, data)
+            keys.append(key)
+    return keys
+
+
+@pytest.fixture(scope="session")
+def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("spark-home")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_home: Path) -> Iterator[Any]:
+    """One real local SparkSession (JVM start is the slow part) for every Spark test."""
+    from cdclake.spark import session
+
+    s = session(make_settings(spark_home), "cdclake-tests")
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def attach_catalog(spark: Any, settings: Settings) -> None:
+    """Register another stack's catalog in a running session (catalogs load lazily by name)."""
+    for key, value in catalog_conf(settings).items():
+        if key.startswith(f"spark.sql.catalog.{settings.catalog_name}"):
+            spark.conf.set(key, value)
+
+
+def table_rows(spark: Any, ident: str) -> dict[str, dict[str, Any]]:
+    from tests.reference import normalise_row
+
+    return {
+        r["_cdc_row_id"]: {k: normalise_row(v) for k, v in r.asDict().items() if not k.startswith("_cdc_")}
+        for r in spark.table(ident).collect()
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests talk to 127.0.0.1 only; a proxy from the environment must not intercept that.
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

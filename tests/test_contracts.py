@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cdclake import events, staging
+from cdclake.settings import SettingsError, jdbc_url, load
+from cdclake.watermark import SUMMARY_KEY, Watermark, from_summaries
+
+
+def batch(**over: object) -> dict[str, object]:
+    b: dict[str, object] = {
+        "source": "app-1",
+        "sequenceNumber": 1,
+        "events": [
+            {"sequence": 1, "timestamp": 1, "operation": "INSERT", "table": "Users", "rowId": "1", "after": {"id": 1}},
+            {"sequence": 2, "timestamp": 2, "operation": "DELETE", "table": "orders", "rowId": "9"},
+        ],
+    }
+    b.update(over)
+    return b
+
+
+# ------------------------------------------------------------------------- events
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "words"),
+    [
+        (lambda b: b.pop("source"), "$", "source"),
+        (lambda b: b.update(sequenceNumber=-1), "$.sequenceNumber", ">= 0"),
+        (lambda b: b.update(events=[]), "$.events", "length >= 1"),
+        (lambda b: b["events"][1].update(sequence="x"), "$.events[1].sequence", "int"),
+        (lambda b: b["events"][0].update(operation="UPSERT"), "$.events[0].operation", "INSERT"),
+        (lambda b: b["events"][0].update(table="bad-name"), "$.events[0].table", "matching regex"),
+        (lambda b: b["events"][0].update(rowId=""), "$.events[0].rowId", "length >= 1"),
+        (lambda b: b["events"][0].pop("after"), "$.events[0].after", "required for INSERT"),
+        (lambda b: b["events"][0].update(after=[1]), "$.events[0].after", "object"),
+    ],
+)
+def test_invalid_batches_name_the_field(mutate, field, words) -> None:  # type: ignore[no-untyped-def]
+    b = batch()
+    mutate(b)
+    with pytest.raises(events.InvalidBatch) as err:
+        events.decode_batch(json.dumps(b).encode())
+    assert err.value.field == field
+    assert words in err.value.message
+
+
+def test_malformed_json_is_invalid_format() -> None:
+    with pytest.raises(events.InvalidBatch, match="malformed JSON"):
+        events.decode_batch(b'{"source": ')
+
+
+def test_stage_lines_splits_per_lowercased_table_and_keeps_batch_identity() -> None:
+    out = events.stage_lines(events.decode_batch(json.dumps(batch()).encode()))
+    assert sorted(out) == ["orders", "users"]
+    line = json.loads(out["users"].splitlines()[0])
+    assert line == {
+        "source": "app-1", "batchSequence": 1, "sequence": 1, "timestamp": 1,
+        "operation": "INSERT", "rowId": "1", "after": {"id": 1},
+    }
+
+
+# ------------------------------------------------------------------------- staging
+
+
+def test_object_names_round_trip_and_sort_by_landing_time() -> None:
+    a = staging.make_key("t", "src.a-1", 7, landed_ms=1_767_225_600_000)
+    b = staging.make_key("t", "src", 3, landed_ms=1_767_225_600_001)
+    c = staging.make_key("t", "src", 1, landed_ms=1_767_229_200_000)  # next hour
+    assert a.name == "2026-01-01/00/1767225600000-00000000000000000007-src.a-1.ndjson"
+    assert (a.landed_ms, a.batch_sequence, a.source) == (1_767_225_600_000, 7, "src.a-1")
+    assert sorted([c, b, a]) == [a, b, c]
+    assert staging.horizon(1_767_225_600_001) > a.name
+    with pytest.raises(ValueError, match="not a staging object name"):
+        staging.parse_name("2026-01-01/00/oops.ndjson")
+
+
+def test_local_staging_put_is_atomic_and_listing_is_ordered(tmp_path: Path) -> None:
+    store = staging.LocalStaging(tmp_path)
+    keys = [staging.make_key("t", "s", n, landed_ms=1_767_225_600_000 + n * 3_600_000) for n in (3, 1, 2)]
+    for k in keys:
+        store.put(k, f"{k.batch_sequence}\n".encode())
+    (tmp_path / "t" / keys[0].name).with_name(".tmp-leftover").write_text("partial")
+    listed = list(store.list("t"))
+    assert listed == sorted(keys)
+    assert [store.get(k) for k in listed] == [b"1\n", b"2\n", b"3\n"]
+    assert list(store.list("t", after=listed[0].name)) == listed[1:]
+    assert store.tables() == ["t"]
+    assert not list(tmp_path.rglob(".tmp-*"))[0].name.endswith(".ndjson")
+
+
+# ------------------------------------------------------------------------- watermark
+
+
+def test_watermark_keeps_late_objects_pending() -> None:
+    names = [staging.object_name(1_000_000 + i, i, "s") for i in range(5)]
+    # Objects 0,1,3 consumed; 2 was named earlier but not visible yet (a slow writer still
+    # within the landing grace, so the horizon lies before it).
+    wm = Watermark().advance([names[0], names[1], names[3]], [names[0], names[1], names[3]],
+                             staging.horizon(1_000_002))
+    assert wm.low == names[1] and wm.keys == {names[3]}
+    assert not wm.consumed(names[2]) and wm.consumed(names[3]) and wm.consumed(names[0])
+    # Next run sees the late object 2 and the new 4.
+    wm2 = wm.advance([names[2], names[4]], names[2:], staging.horizon(1_000_100))
+    assert wm2.low == names[4] and wm2.keys == frozenset()
+    assert all(wm2.consumed(n) for n in names)
+
+
+def test_watermark_low_never_passes_the_landing_horizon() -> None:
+    names = [staging.object_name(1_000_000 + i, i, "s") for i in range(3)]
+    wm = Watermark().advance(names, names, staging.horizon(1_000_001))
+    assert wm.low == names[0] and wm.keys == {names[1], names[2]}
+    assert Watermark.decode(wm.encode()) == wm
+
+
+def test_watermark_is_read_from_the_newest_snapshot_that_carries_one() -> None:
+    wm = Watermark("a", frozenset({"c"}))
+    compaction = {"operation": "replace"}
+    assert from_summaries([compaction, None, {SUMMARY_KEY: wm.encode()}, {SUMMARY_KEY: Watermark("z").encode()}]) == wm
+    assert from_summaries([compaction]) == Watermark()
+
+
+# ------------------------------------------------------------------------- settings
+
+
+def test_settings_env_over_defaults_and_errors_name_the_variable(tmp_path: Path) -> None:
+    s = load({"CDCLAKE_HOME": str(tmp_path), "CDCLAKE_RECEIVER_PORT": "9999"})
+    assert s.receiver_port == 9999
+    assert s.staging_dir == tmp_path / "staging"
+    assert s.jdbc_url == f"jdbc:sqlite:{tmp_path / 'catalog.db'}"
+    assert load({"CDCLAKE_HOME": str(tmp_path)}, receiver_port=1).receiver_port == 1
+    with pytest.raises(SettingsError, match="CDCLAKE_RECEIVER_PORT must be an integer, got 'x'"):
+        load({"CDCLAKE_RECEIVER_PORT": "x"})
+    with pytest.raises(SettingsError, match="CDCLAKE_CATALOG_URL"):
+        load({"CDCLAKE_CATALOG_URL": "mysql://h/db"})
+    with pytest.raises(SettingsError, match="CDCLAKE_NAMESPACE"):
+        load({"CDCLAKE_NAMESPACE": "a b"})
+    assert jdbc_url("postgresql://u:p@db:5432/cat") == "jdbc:postgresql://db:5432/cat"
+
+
+def test_contracts_package_imports_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cdclake.settings, cdclake.events, cdclake.staging, cdclake.watermark, "
+        "cdclake.spark, cdclake.catalog, cdclake.workload\n"
+        "heavy = [m for m in ('pyspark', 'pyiceberg', 'airflow', 'receiver', 'spark_jobs', 'starlette', 'boto3') "
+        "if m in sys.modules]\nprint(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
