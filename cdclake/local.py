@@ -9,6 +9,7 @@ spark-submit JVMs), so Ctrl-C leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -160,8 +161,19 @@ class LocalStack:
             raise RuntimeError(f"airflow db migrate failed ({rc}); see {self.logs / 'airflow-db-migrate.log'}")
         self.say(f"starting receiver on {s.receiver_url} and Airflow on {s.airflow_url} (logs: {self.logs})")
         self._spawn("receiver", [sys.executable, "-m", "receiver"])
-        self._spawn("airflow-api-server", [bin_path("airflow"), "api-server", "--host", s.airflow_host,
-                                           "--port", str(s.airflow_port), "--workers", "1"])
+        self._spawn(
+            "airflow-api-server",
+            [
+                bin_path("airflow"),
+                "api-server",
+                "--host",
+                s.airflow_host,
+                "--port",
+                str(s.airflow_port),
+                "--workers",
+                "1",
+            ],
+        )
         self._spawn("airflow-scheduler", [bin_path("airflow"), "scheduler", "--skip-serve-logs"])
         self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
         self.wait_receiver()
@@ -207,16 +219,12 @@ class LocalStack:
             except psutil.NoSuchProcess:
                 pass
         for v in victims:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 v.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
         _, alive = psutil.wait_procs(victims, timeout=20)
         for v in alive:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 v.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(alive, timeout=5)
         for p in self.procs.values():
             p.poll()
@@ -229,7 +237,5 @@ class LocalStack:
             self.stop()
             raise
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()

@@ -86,10 +86,7 @@ def to_rows(latest: DataFrame) -> DataFrame:
 def align(rows: DataFrame, target: StructType) -> DataFrame:
     """Cast to the table's schema; columns the batch lacks become NULL (after-images are rows)."""
     present = set(rows.columns)
-    cols = [
-        (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
-        for f in target.fields
-    ]
+    cols = [(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in target.fields]
     return rows.select(*cols, OP)
 
 
@@ -106,9 +103,7 @@ def ensure_table(spark: SparkSession, ident: str, rows: DataFrame) -> StructType
     if not spark.catalog.tableExists(ident):
         ns = ident.rsplit(".", 1)[0]
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
-        cols = ", ".join(
-            f"`{f.name}` {_ddl_type(f)}{' NOT NULL' if f.name == KEY else ''}" for f in wanted
-        )
+        cols = ", ".join(f"`{f.name}` {_ddl_type(f)}{' NOT NULL' if f.name == KEY else ''}" for f in wanted)
         props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING iceberg TBLPROPERTIES ({props})")
         spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
@@ -173,8 +168,11 @@ def apply_table(spark: SparkSession, settings: Settings, table: str, max_objects
     listed_at_ms = int(time.time() * 1000)
     listed = [k for k in store.list(table, after=wm.low)]
     pending = [k for k in listed if not wm.consumed(k.name)][:max_objects]
-    result: dict[str, Any] = {"table": table, "objects": len(pending), "pending_total": sum(
-        1 for k in listed if not wm.consumed(k.name))}
+    result: dict[str, Any] = {
+        "table": table,
+        "objects": len(pending),
+        "pending_total": sum(1 for k in listed if not wm.consumed(k.name)),
+    }
     if not pending:
         result["committed"] = False
         return result

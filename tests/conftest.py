@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,13 @@ import pytest
 from cdclake import events, staging
 from cdclake.settings import Settings, load
 from cdclake.spark import catalog_conf
+
+# Airflow reads its configuration once, at import: give it a throwaway home before any test
+# imports it, so tests never touch ~/airflow or the demo's state.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="cdclake-test-airflow-")
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME}/airflow.db"
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:

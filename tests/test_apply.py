@@ -94,9 +94,7 @@ def test_many_small_runs_with_old_events_arriving_late(spark: Any, settings: Set
     assert sums == sum(len(b["events"]) for b in w.batches)
 
 
-def test_object_landing_after_a_later_named_one_was_consumed_is_applied_once(
-    spark: Any, settings: Settings
-) -> None:
+def test_object_landing_after_a_later_named_one_was_consumed_is_applied_once(spark: Any, settings: Settings) -> None:
     """Listing order is not commit order: a slow writer's object shows up after a newer one was applied."""
     w = generate(events=120, seed=3, batch_size=40, tables=("customers",), duplicate_every=0, late_fraction=0)
     b1, b2, b3 = w.batches
@@ -125,15 +123,25 @@ def test_pyiceberg_reads_what_spark_wrote(spark: Any, settings: Settings) -> Non
     via_pyiceberg = {r["_cdc_row_id"]: {k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows}
     assert not diff(expected_tables(w.batches)["orders"], via_pyiceberg)
     assert t.schema().identifier_field_names() == {"_cdc_row_id"}
-    assert table_watermark(settings, "orders").consumed(next(staging.LocalStaging(settings.staging_dir).list("orders")).name)
+    first_object = next(staging.LocalStaging(settings.staging_dir).list("orders"))
+    assert table_watermark(settings, "orders").consumed(first_object.name)
 
 
 def test_new_column_is_added_to_the_table(spark: Any, settings: Settings) -> None:
     ev = {"timestamp": 1, "table": "users", "operation": "INSERT"}
-    stage(settings, [{"source": "s", "sequenceNumber": 1, "events": [{**ev, "sequence": 1, "rowId": "1", "after": {"id": 1}}]}])
+    first = {**ev, "sequence": 1, "rowId": "1", "after": {"id": 1}}
+    stage(settings, [{"source": "s", "sequenceNumber": 1, "events": [first]}])
     apply_all(spark, settings)
-    stage(settings, [{"source": "s", "sequenceNumber": 2, "events": [
-        {**ev, "sequence": 2, "rowId": "2", "after": {"id": 2, "email": "b@x"}}]}])
+    stage(
+        settings,
+        [
+            {
+                "source": "s",
+                "sequenceNumber": 2,
+                "events": [{**ev, "sequence": 2, "rowId": "2", "after": {"id": 2, "email": "b@x"}}],
+            }
+        ],
+    )
     apply_all(spark, settings)
     rows = table_rows(spark, table_ident(settings, "users"))
     assert rows == {"1": {"id": 1, "email": None}, "2": {"id": 2, "email": "b@x"}}
@@ -142,11 +150,29 @@ def test_new_column_is_added_to_the_table(spark: Any, settings: Settings) -> Non
 @pytest.mark.xfail(strict=True, reason="tombstones for deleted keys are issue 4; a late older event resurrects the row")
 def test_late_update_does_not_resurrect_a_deleted_row(spark: Any, settings: Settings) -> None:
     ev = {"timestamp": 1, "table": "users", "rowId": "1"}
-    stage(settings, [{"source": "s", "sequenceNumber": 1, "events": [
-        {**ev, "sequence": 1, "operation": "INSERT", "after": {"id": 1}},
-        {**ev, "sequence": 3, "operation": "DELETE"}]}])
+    stage(
+        settings,
+        [
+            {
+                "source": "s",
+                "sequenceNumber": 1,
+                "events": [
+                    {**ev, "sequence": 1, "operation": "INSERT", "after": {"id": 1}},
+                    {**ev, "sequence": 3, "operation": "DELETE"},
+                ],
+            }
+        ],
+    )
     apply_all(spark, settings)
-    stage(settings, [{"source": "s", "sequenceNumber": 2, "events": [
-        {**ev, "sequence": 2, "operation": "UPDATE", "after": {"id": 1}}]}])
+    stage(
+        settings,
+        [
+            {
+                "source": "s",
+                "sequenceNumber": 2,
+                "events": [{**ev, "sequence": 2, "operation": "UPDATE", "after": {"id": 1}}],
+            }
+        ],
+    )
     apply_all(spark, settings)
     assert table_rows(spark, table_ident(settings, "users")) == {}

@@ -42,9 +42,14 @@ def test_every_acked_batch_is_in_staging_one_object_per_table(client: Any) -> No
         assert len(body["details"]["persistedPath"]) == len(tables)
     landed = staged_events(client.staging)
     sent = [
-        {**{k: v for k, v in e.items() if k != "table"}, "source": b["source"],
-         "batchSequence": b["sequenceNumber"], "table": e["table"]}
-        for b in w.batches for e in b["events"]
+        {
+            **{k: v for k, v in e.items() if k != "table"},
+            "source": b["source"],
+            "batchSequence": b["sequenceNumber"],
+            "table": e["table"],
+        }
+        for b in w.batches
+        for e in b["events"]
     ]
     key = lambda e: (e["source"], e["sequence"])  # noqa: E731
     assert sorted(landed, key=key) == sorted(sent, key=key)
@@ -55,10 +60,24 @@ def test_every_acked_batch_is_in_staging_one_object_per_table(client: Any) -> No
     [
         ({"source": "a", "sequenceNumber": 1, "events": [{"sequence": "one"}]}, "$.events[0].sequence"),
         ({"source": "a", "sequenceNumber": 1}, "$"),
-        ({"source": "a", "sequenceNumber": 1, "events": [
-            {"sequence": 1, "timestamp": 1, "operation": "INSERT", "table": "t", "rowId": "1", "after": {"a": 1}},
-            {"sequence": 2, "timestamp": 1, "operation": "UPDATE", "table": "t", "rowId": "1"},
-        ]}, "$.events[1].after"),
+        (
+            {
+                "source": "a",
+                "sequenceNumber": 1,
+                "events": [
+                    {
+                        "sequence": 1,
+                        "timestamp": 1,
+                        "operation": "INSERT",
+                        "table": "t",
+                        "rowId": "1",
+                        "after": {"a": 1},
+                    },
+                    {"sequence": 2, "timestamp": 1, "operation": "UPDATE", "table": "t", "rowId": "1"},
+                ],
+            },
+            "$.events[1].after",
+        ),
     ],
 )
 def test_bad_batch_gets_400_naming_the_field_and_nothing_lands(client: Any, body: Any, field: str) -> None:

@@ -1,0 +1,35 @@
+# The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
+.PHONY: setup demo up test test-fast lint lock sql clean-state
+
+PY := .venv/bin/python
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@$(PY) -m cdclake demo
+
+up: setup
+	@$(PY) -m cdclake up
+
+# Usage: make sql Q="SELECT * FROM lake.cdc.customers LIMIT 5"
+sql: setup
+	@$(PY) -m cdclake sql "$(Q)"
+
+test: setup
+	@$(PY) -m pytest
+
+test-fast: setup
+	@$(PY) -m pytest -m "not e2e and not spark"
+
+lint: setup
+	@.venv/bin/ruff check cdclake receiver spark_jobs dags tests
+	@.venv/bin/mypy
+
+# Re-resolve requirements.lock from requirements.in (needs PyPI).
+lock:
+	@.venv/bin/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--generate-hashes requirements.in -o requirements.lock
+
+clean-state:
+	rm -rf .cdclake
