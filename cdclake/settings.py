@@ -60,6 +60,16 @@ class Settings:
         return {f"CDCLAKE_{f.name.upper()}": str(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
+def jdbc_credentials(url: str) -> tuple[str, str] | None:
+    """``(user, password)`` embedded in a catalog URL, which JDBC wants as separate properties."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    return unquote(parts.username), unquote(parts.password or "")
+
+
 def jdbc_url(url: str) -> str:
     """Translate the catalog's SQLAlchemy URL to the JDBC URL Spark's JdbcCatalog wants."""
     if url.startswith("sqlite:///"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdclake.settings import Settings, SettingsError
+from cdclake.settings import Settings, SettingsError, jdbc_credentials
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +33,10 @@ def jar_paths(settings: Settings) -> list[str]:
 def catalog_conf(settings: Settings) -> dict[str, str]:
     """Spark properties that attach the shared Iceberg catalog."""
     c = f"spark.sql.catalog.{settings.catalog_name}"
+    creds = jdbc_credentials(settings.catalog_url)
+    auth = {f"{c}.jdbc.user": creds[0], f"{c}.jdbc.password": creds[1]} if creds else {}
     return {
+        **auth,
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         c: "org.apache.iceberg.spark.SparkCatalog",
         f"{c}.type": "jdbc",

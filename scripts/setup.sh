@@ -44,16 +44,19 @@ PY
 fi
 
 # --- JVM jars ------------------------------------------------------------------------------
-jar_sum=$(sha256sum jars/pom.xml | cut -c1-16)
+jar_sum=$(cat jars/pom.xml jars/SHA256SUMS | sha256sum | cut -c1-16)
 jstamp=.jars/.cdclake-pom-$jar_sum
 if [ ! -f "$jstamp" ]; then
   log "fetching jars listed in jars/pom.xml from Maven Central into .jars/"
   rm -rf .jars && mkdir -p .jars
   # -C: fail on checksum mismatch. Transitive deps excluded: the Iceberg runtime and aws bundle
   # are shaded, and Spark already ships what sqlite-jdbc needs (slf4j).
-  mvn -q -B -C -f jars/pom.xml dependency:copy-dependencies \
+  mvn -q -B -C -Dstyle.color=never -f jars/pom.xml dependency:copy-dependencies \
     -DoutputDirectory="$ROOT/.jars" -DexcludeTransitive=true
-  (cd .jars && sha256sum ./*.jar > SHA256SUMS)
+  # Second check, against sums committed with the pins: a changed artifact fails setup.
+  if ! (cd .jars && sha256sum --quiet -c ../jars/SHA256SUMS); then
+    log "jar checksums differ from jars/SHA256SUMS"; exit 1
+  fi
   touch "$jstamp"
 fi
 log "ready: $(ls .jars/*.jar | wc -l) jars, $(.venv/bin/python -c 'import pyspark;print("pyspark", pyspark.__version__)')"

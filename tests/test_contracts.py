@@ -7,6 +7,7 @@ import pytest
 
 from cdclake import events, staging
 from cdclake.settings import SettingsError, jdbc_url, load
+from cdclake.spark import catalog_conf
 from cdclake.watermark import SUMMARY_KEY, Watermark, from_summaries
 
 
@@ -143,6 +144,10 @@ def test_settings_env_over_defaults_and_errors_name_the_variable(tmp_path: Path)
     with pytest.raises(SettingsError, match="CDCLAKE_NAMESPACE"):
         load({"CDCLAKE_NAMESPACE": "a b"})
     assert jdbc_url("postgresql://u:p@db:5432/cat") == "jdbc:postgresql://db:5432/cat"
+    pg = catalog_conf(load({"CDCLAKE_CATALOG_URL": "postgresql://cdc:s%40cret@db:5432/cat"}))
+    assert pg["spark.sql.catalog.lake.jdbc.user"] == "cdc"
+    assert pg["spark.sql.catalog.lake.jdbc.password"] == "s@cret"
+    assert pg["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db:5432/cat"
 
 
 def test_contracts_package_imports_nothing_heavy() -> None:
