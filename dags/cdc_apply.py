@@ -97,7 +97,8 @@ def cdc_apply() -> None:
             for table in sorted(pending)
         ]
 
-    SparkSubmitOperator.partial(task_id="apply", conn_id="spark_default", max_active_tis_per_dagrun=4).expand_kwargs(
+    # Each spark-submit is a JVM with local[2]: on a 2-core box a third one only adds contention.
+    SparkSubmitOperator.partial(task_id="apply", conn_id="spark_default", max_active_tis_per_dagrun=2).expand_kwargs(
         plan()
     )
 
