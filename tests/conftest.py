@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -51,6 +52,9 @@ def spark(spark_home: Path) -> Iterator[Any]:
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
+    # py4j logs "Closing down clientserver connection" at interpreter exit, after pytest has
+    # closed its capture streams; that would print a spurious "--- Logging error ---".
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def attach_catalog(spark: Any, settings: Settings) -> None:
