@@ -48,20 +48,34 @@ def sql(settings: Settings, statements: Sequence[str], rows: int = 50) -> None:
     spark = session(settings, "cdclake-sql")
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        spark.sql(f"USE {settings.catalog_name}.{settings.namespace}") if _namespace_exists(spark, settings) else None
-        for stmt in statements:
-            print(f"\n{settings.catalog_name}> {stmt}")
-            spark.sql(stmt).show(rows, truncate=False)
+        show(spark, statements, rows)
     finally:
         spark.stop()
 
 
-def _namespace_exists(spark: Any, settings: Settings) -> bool:
-    return bool(spark.sql(f"SHOW NAMESPACES IN {settings.catalog_name} LIKE '{settings.namespace}'").collect())
+def show(spark: Any, statements: Sequence[str], rows: int = 50) -> None:
+    for stmt in statements:
+        print(f"\nspark-sql> {stmt}")
+        spark.sql(stmt).show(rows, truncate=False)
+
+
+def check_against_reference(spark: Any, settings: Settings, acked: Sequence[dict[str, Any]]) -> list[str]:
+    """Compare every table with the plain-Python reference model; one line per table."""
+    from cdclake.reference import diff, expected_tables, rows_by_key
+    from cdclake.spark import table_ident
+
+    lines = []
+    for table, want in sorted(expected_tables(acked).items()):
+        got = rows_by_key(spark.table(table_ident(settings, table)).collect())
+        problems = diff(want, got)
+        verdict = "matches" if not problems else f"DIFFERS in {len(problems)} rows, e.g. {problems[0]}"
+        lines.append(f"{table}: {len(got)} rows, {verdict} the reference model ({len(want)} rows)")
+    return lines
 
 
 def demo(settings: Settings, keep_running: bool) -> int:
     from cdclake.local import LocalStack
+    from cdclake.spark import session
     from cdclake.workload import generate
 
     with LocalStack(settings) as stack:
@@ -72,27 +86,37 @@ def demo(settings: Settings, keep_running: bool) -> int:
             f"batches, out-of-order events) over 3 tables to {settings.receiver_url}/v1/batches"
         )
         t0 = time.monotonic()
-        post_workload(settings, w.batches)
-        stack.say(f"all {len(w.batches)} batches acked (durable in staging) in {time.monotonic() - t0:.1f}s")
+        acked = post_workload(settings, w.batches)
+        stack.say(f"all {len(acked)} batches acked (durable in staging) in {time.monotonic() - t0:.1f}s")
         state = run_apply(stack)
         if state != "success":
             stack.say(f"cdc_apply ended {state}; task logs: {stack.airflow_home / 'logs'}")
             return 1
         ns = f"{settings.catalog_name}.{settings.namespace}"
-        sql(
-            settings,
-            [
-                f"SELECT 'customers' AS tbl, count(*) AS rows FROM {ns}.customers UNION ALL "
-                f"SELECT 'orders', count(*) FROM {ns}.orders UNION ALL "
-                f"SELECT 'products', count(*) FROM {ns}.products",
-                f"SELECT id, name, tier, balance, _cdc_seq, _cdc_ts FROM {ns}.customers ORDER BY id LIMIT 10",
-                f"SELECT snapshot_id, operation, summary['cdclake.events-received'] AS received, "
-                f"summary['cdclake.events-duplicate'] AS duplicate, "
-                f"summary['cdclake.events-superseded'] AS superseded FROM {ns}.orders.snapshots",
-            ],
-        )
+        stack.say("querying with Spark SQL")
+        spark = session(settings, "cdclake-demo")
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            show(
+                spark,
+                [
+                    f"SELECT 'customers' AS tbl, count(*) AS rows FROM {ns}.customers UNION ALL "
+                    f"SELECT 'orders', count(*) FROM {ns}.orders UNION ALL "
+                    f"SELECT 'products', count(*) FROM {ns}.products",
+                    f"SELECT id, name, tier, balance, _cdc_seq, _cdc_ts FROM {ns}.customers ORDER BY id LIMIT 10",
+                    f"SELECT order_id, status, amount, items FROM {ns}.orders ORDER BY order_id LIMIT 5",
+                    f"SELECT snapshot_id, operation, summary['cdclake.events-received'] AS received, "
+                    f"summary['cdclake.events-duplicate'] AS duplicate, "
+                    f"summary['cdclake.events-superseded'] AS superseded FROM {ns}.orders.snapshots",
+                ],
+            )
+            verdicts = check_against_reference(spark, settings, acked)
+        finally:
+            spark.stop()
+        for line in verdicts:
+            stack.say(line)
         stack.say(
-            f"Airflow UI: {settings.airflow_url}  (user {'admin'}, password {stack.password}; "
+            f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password}; "
             f"stored in {stack.airflow_home / 'passwords.json'})"
         )
         if keep_running:
@@ -100,7 +124,7 @@ def demo(settings: Settings, keep_running: bool) -> int:
             _wait_forever(stack)
         else:
             stack.say("stopping services (run `make up` to keep them running and browse the UI)")
-    return 0
+    return 0 if all("matches" in v for v in verdicts) else 1
 
 
 def _wait_forever(stack: Any) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cdclake import events, staging
+from cdclake.reference import rows_by_key
 from cdclake.settings import Settings, load
 from cdclake.spark import catalog_conf
 
@@ -65,12 +66,7 @@ def attach_catalog(spark: Any, settings: Settings) -> None:
 
 
 def table_rows(spark: Any, ident: str) -> dict[str, dict[str, Any]]:
-    from tests.reference import normalise_row
-
-    return {
-        r["_cdc_row_id"]: {k: normalise_row(v) for k, v in r.asDict().items() if not k.startswith("_cdc_")}
-        for r in spark.table(ident).collect()
-    }
+    return rows_by_key(spark.table(ident).collect())
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The Spark apply job on real Spark + Iceberg, checked against tests/reference.py."""
+"""The Spark apply job on real Spark + Iceberg, checked against cdclake/reference.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 from cdclake import staging
 from cdclake.catalog import load_table, pending_tables, table_watermark
+from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.apply import apply_table, drop_exact_duplicates, latest_per_key, normalise
 from tests.conftest import make_settings, stage, table_rows
-from tests.reference import diff, expected_tables
 
 pytestmark = pytest.mark.spark
 _ns = itertools.count()
@@ -120,7 +120,7 @@ def test_pyiceberg_reads_what_spark_wrote(spark: Any, settings: Settings) -> Non
     t = load_table(settings, "orders")
     assert t is not None
     rows = t.scan().to_arrow().to_pylist()
-    via_pyiceberg = {r["_cdc_row_id"]: {k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows}
+    via_pyiceberg = rows_by_key(rows)
     assert not diff(expected_tables(w.batches)["orders"], via_pyiceberg)
     assert t.schema().identifier_field_names() == {"_cdc_row_id"}
     first_object = next(staging.LocalStaging(settings.staging_dir).list("orders"))

@@ -36,9 +36,7 @@ def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
 
 def test_services_have_image_command_and_loopback_ports() -> None:
     services = compose()["services"]
-    assert {"postgres", "receiver", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(
-        services
-    )
+    assert {"postgres", "receiver", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(services)
     for name, svc in services.items():
         assert svc.get("image"), name
         if name != "postgres":

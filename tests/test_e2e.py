@@ -13,10 +13,10 @@ import psutil
 import pytest
 
 from cdclake.local import LocalStack, free_port
+from cdclake.reference import diff, expected_tables
 from cdclake.settings import Settings
 from cdclake.workload import generate
 from tests.conftest import attach_catalog, make_settings, table_rows
-from tests.reference import diff, expected_tables
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = ("customers", "orders", "products")

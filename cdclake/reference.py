@@ -39,6 +39,15 @@ def normalise_row(value: Any) -> Any:
     return value
 
 
+def rows_by_key(rows: Iterable[Any], key: str = "_cdc_row_id") -> dict[str, dict[str, Any]]:
+    """Table rows (Spark Rows or dicts) -> key -> user columns, system ``_cdc_*`` columns dropped."""
+    out = {}
+    for r in rows:
+        d = normalise_row(r)
+        out[d[key]] = {k: v for k, v in d.items() if not k.startswith("_cdc_")}
+    return out
+
+
 def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> list[str]:
     """Human-readable differences; empty when equal. ``actual`` rows may carry extra NULL columns."""
     problems = []
