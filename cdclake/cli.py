@@ -9,7 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from cdclake.settings import Settings, load
+from cdclake.airflow_api import AirflowError
+from cdclake.settings import Settings, SettingsError, load
 
 
 def _sigterm(signum: int, frame: Any) -> NoReturn:
@@ -165,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\n[cdclake] interrupted; all services stopped", file=sys.stderr)
         return 130
+    except (RuntimeError, SettingsError, AirflowError) as exc:
+        print(f"[cdclake] error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
