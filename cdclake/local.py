@@ -180,21 +180,8 @@ class LocalStack:
         self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
         self.wait_receiver()
         self.airflow.wait_healthy(timeout=180)
-        self._fail_orphaned_runs()
         self.say(f"services up in {time.monotonic() - t0:.0f}s")
         return self
-
-    def _fail_orphaned_runs(self) -> None:
-        """Runs left running by a stack that was killed can never finish (their task processes
-        are gone) and, with max_active_runs=1, would block new runs until Airflow's heartbeat
-        timeout. This scheduler was just started, so no run can really be in progress."""
-        for state in ("running", "queued"):
-            runs = self.airflow.json("GET", "/api/v2/dags/~/dagRuns", params={"state": state})["dag_runs"]
-            for run in runs:
-                self.airflow.json(
-                    "PATCH", f"/api/v2/dags/{run['dag_id']}/dagRuns/{run['dag_run_id']}", json={"state": "failed"}
-                )
-                self.say(f"marked {run['dag_id']} run {run['dag_run_id']} failed: left {state} by a stopped stack")
 
     def wait_receiver(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
