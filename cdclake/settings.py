@@ -42,6 +42,8 @@ class Settings:
     """Upper bound on the time between naming a staging object and it being visible."""
     max_objects_per_run: int
     max_body_bytes: int
+    tombstone_retention_s: int
+    """How long a deleted key's ordering value is kept to stop late events resurrecting it."""
 
     @property
     def airflow_url(self) -> str:
@@ -119,6 +121,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         landing_grace_s=_int(e, "CDCLAKE_LANDING_GRACE_S", 300, 1),
         max_objects_per_run=_int(e, "CDCLAKE_MAX_OBJECTS_PER_RUN", 1000, 1),
         max_body_bytes=_int(e, "CDCLAKE_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024),
+        tombstone_retention_s=_int(e, "CDCLAKE_TOMBSTONE_RETENTION_S", 7 * 24 * 3600, 0),
     )
     unknown = set(overrides) - set(values)
     if unknown:

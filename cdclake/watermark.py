@@ -44,6 +44,11 @@ class Watermark:
             low = name
         return Watermark(low, frozenset(n for n in done if n > low))
 
+    def union(self, other: Watermark) -> Watermark:
+        """Consumed by either: everything up to the higher ``low``, plus both key sets above it."""
+        low = max(self.low, other.low)
+        return Watermark(low, frozenset(n for n in self.keys | other.keys if n > low))
+
     def encode(self) -> str:
         return json.dumps({"v": FORMAT_VERSION, "low": self.low, "keys": sorted(self.keys)}, separators=(",", ":"))
 

@@ -1,8 +1,17 @@
 """Apply one table's pending staging objects to its Iceberg table, exactly once.
 
-read staging -> normalise -> drop exact duplicates -> newest event per key -> MERGE INTO, with the
-consumed-staging watermark in the snapshot summary of the same commit. Re-running on the same
-staging data finds nothing pending and commits nothing.
+read staging -> normalise -> drop exact duplicates -> quarantine values that do not fit the table
+-> newest event per key -> classify against the table and its tombstones (applied / late /
+duplicate) -> commit, each commit carrying its own consumed-staging watermark:
+
+1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
+2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
+3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them
+4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
+
+Steps 1-3 run before 4 and each skips objects its own watermark already holds, so a crash at any
+point followed by a re-run gives the same tables. Re-running on the same staging data finds
+nothing pending and commits nothing.
 
 Run by the ``cdc_apply`` DAG through spark-submit::
 
@@ -16,24 +25,35 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
+from pyspark.sql.types import DataType, StructType
 
 from cdclake import staging
 from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
 from cdclake.watermark import SUMMARY_KEY, Watermark
+from spark_jobs.schema import conform, missing_fields, widenings
 
 KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
 SEQ = "_cdc_seq"
 TS = "_cdc_ts"
 SOURCE = "_cdc_source"
-OP = "_cdc_op"  # only in the MERGE source, not stored: deleted rows are gone from the table
 SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE)
+# Working columns, never stored in the main table:
+OP = "_cdc_w_op"
+OBJECT = "_cdc_w_object"
+RANK = "_cdc_w_rank"
+REASON = "_cdc_w_reason"
+OUTCOME = "_cdc_w_outcome"
+WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME)
+
+CHANGES, QUARANTINE, TOMBSTONES = "__changes", "__quarantine", "__tombstones"
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -42,6 +62,14 @@ TABLE_PROPERTIES = {
     "write.update.mode": "copy-on-write",
     "write.delete.mode": "copy-on-write",
 }
+
+
+class AccountingError(RuntimeError):
+    """received != applied + duplicate + superseded + late + quarantined: a bug, never data."""
+
+
+class SimulatedCrash(RuntimeError):
+    """Raised at a CRASH_POINT by tests that prove re-runs converge."""
 
 
 # ---------------------------------------------------------------- pure transforms
@@ -57,8 +85,16 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.timestamp_millis(F.col("timestamp").cast("long")).alias(TS),
         F.col("source").cast("string").alias(SOURCE),
         F.col("operation").cast("string").alias(OP),
+        (F.col(OBJECT) if OBJECT in raw.columns else F.lit(None).cast("string")).alias(OBJECT),
         after.alias("after"),
     )
+
+
+def read_staging(spark: SparkSession, uris: list[str]) -> DataFrame:
+    """Staging objects as rows, each tagged with its object name for the per-table watermarks."""
+    raw = spark.read.option("mode", "FAILFAST").json(uris)
+    name = F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+/[^/]+/[^/]+)$", 1)  # <day>/<hour>/<file>
+    return raw.withColumn(OBJECT, name)
 
 
 def drop_exact_duplicates(events: DataFrame) -> DataFrame:
@@ -66,58 +102,108 @@ def drop_exact_duplicates(events: DataFrame) -> DataFrame:
     return events.dropDuplicates([SOURCE, SEQ])
 
 
-def latest_per_key(events: DataFrame) -> DataFrame:
-    """The event with the highest ordering value per key; ties broken by source id."""
-    w = Window.partitionBy(KEY).orderBy(F.col(SEQ).desc(), F.col(SOURCE).desc())
-    return events.withColumn("_rank", F.row_number().over(w)).where("_rank = 1").drop("_rank")
-
-
-def after_fields(events: DataFrame) -> list[StructField]:
+def flatten(events: DataFrame) -> DataFrame:
+    """After-image fields become columns next to the system and working columns."""
     t = events.schema["after"].dataType
-    return list(t.fields) if isinstance(t, StructType) else []
+    fields = [f.name for f in t.fields] if isinstance(t, StructType) else []
+    user = [n for n in fields if n not in SYSTEM_COLUMNS and n not in WORK_COLUMNS]
+    return events.select(KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, OP, OBJECT)
 
 
-def to_rows(latest: DataFrame) -> DataFrame:
-    """Flatten after-images into table columns next to the system columns."""
-    fields = [f.name for f in after_fields(latest) if f.name not in (*SYSTEM_COLUMNS, OP)]
-    return latest.select(KEY, *[F.col("after").getField(n).alias(n) for n in fields], SEQ, TS, SOURCE, OP)
+def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
+    """Rows in the table's column order and types, plus REASON (null when every value fits).
+
+    Columns the event lacks become NULL: an after-image is the whole row.
+    """
+    present = {f.name.lower(): f for f in rows.schema.fields}
+    cols, reasons = [], []
+    for f in target.fields:
+        src = present.get(f.name.lower())
+        if src is None:
+            cols.append(F.lit(None).cast(f.dataType).alias(f.name))
+            continue
+        value, bad = conform(F.col(src.name), src.dataType, f.dataType)
+        cols.append(value.alias(f.name))
+        shown = F.substring(F.to_json(F.struct(F.col(src.name).alias(f.name))), 1, 200)
+        why = f"column {f.name}: {src.dataType.simpleString()} value does not fit {f.dataType.simpleString()} "
+        reasons.append(F.when(bad, F.concat(F.lit(why), shown)))
+    reason = F.concat_ws("; ", *reasons) if reasons else F.lit("")
+    return rows.select(*cols, OP, OBJECT, F.when(reason != "", reason).alias(REASON))
 
 
-def align(rows: DataFrame, target: StructType) -> DataFrame:
-    """Cast to the table's schema; columns the batch lacks become NULL (after-images are rows)."""
-    present = set(rows.columns)
-    cols = [(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in target.fields]
-    return rows.select(*cols, OP)
+def align_to(df: DataFrame, schema: StructType) -> DataFrame:
+    """``df`` in ``schema``'s column order and types; absent columns NULL."""
+    present = {f.name.lower(): f for f in df.schema.fields}
+    cols = []
+    for f in schema.fields:
+        src = present.get(f.name.lower())
+        value = conform(F.col(src.name), src.dataType, f.dataType)[0] if src else F.lit(None).cast(f.dataType)
+        cols.append(value.alias(f.name))
+    return df.select(*cols)
+
+
+def rank_per_key(valid: DataFrame) -> DataFrame:
+    """RANK 1 = the event with the highest ordering value per key; ties broken by source id."""
+    w = Window.partitionBy(KEY).orderBy(F.col(SEQ).desc(), F.col(SOURCE).desc())
+    return valid.withColumn(RANK, F.row_number().over(w))
+
+
+def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame) -> DataFrame:
+    """OUTCOME per event: superseded (not the newest of its key in this run), late (older than
+    the stored row or the key's tombstone), duplicate (the stored row or tombstone IS this event),
+    else applied.
+
+    A DELETE equal to its tombstone while the row is still there is applied again: that is a
+    re-run after a crash between the tombstone commit and the table commit.
+    """
+    cur = current.select(F.col(KEY), F.struct(SEQ, SOURCE).alias("_row"))
+    tomb = tombstones.select(F.col(KEY), F.struct(SEQ, SOURCE).alias("_tomb"))
+    ev = F.struct(SEQ, SOURCE)
+    row, tb = F.col("_row"), F.col("_tomb")
+    outcome = (
+        F.when(F.col(RANK) > 1, "superseded")
+        .when(row.isNotNull() & (ev < row), "late")
+        .when(row.isNotNull() & (ev == row), "duplicate")
+        .when(tb.isNotNull() & (ev < tb), "late")
+        .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
+        .otherwise("applied")
+    )
+    return ranked.join(cur, KEY, "left").join(tomb, KEY, "left").withColumn(OUTCOME, outcome).drop("_row", "_tomb")
 
 
 # ---------------------------------------------------------------- table I/O
 
 
-def _ddl_type(f: StructField) -> str:
-    return f.dataType.simpleString()
+def _ddl(t: DataType) -> str:
+    return t.simpleString()
 
 
-def ensure_table(spark: SparkSession, ident: str, rows: DataFrame) -> StructType:
-    """Create the table from the first after-images, or add the columns it lacks."""
-    wanted = [f for f in rows.schema.fields if f.name != OP]
+def ensure_table(spark: SparkSession, ident: str, rows: DataFrame, key: bool = True) -> StructType:
+    """Create the table from the first after-images, add what it lacks, widen what may widen."""
+    wanted = [f for f in rows.schema.fields if f.name not in WORK_COLUMNS]
     if not spark.catalog.tableExists(ident):
-        ns = ident.rsplit(".", 1)[0]
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
-        cols = ", ".join(f"`{f.name}` {_ddl_type(f)}{' NOT NULL' if f.name == KEY else ''}" for f in wanted)
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
+        cols = ", ".join(f"`{f.name}` {_ddl(f.dataType)}{' NOT NULL' if key and f.name == KEY else ''}" for f in wanted)
         props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING iceberg TBLPROPERTIES ({props})")
-        spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
-    existing = {f.name.lower() for f in spark.table(ident).schema.fields}
-    new = [f for f in wanted if f.name.lower() not in existing and f.name not in SYSTEM_COLUMNS]
-    if new:
-        spark.sql(f"ALTER TABLE {ident} ADD COLUMNS ({', '.join(f'`{f.name}` {_ddl_type(f)}' for f in new)})")
-    return spark.table(ident).schema
+        if key:
+            spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
+    target = spark.table(ident).schema
+    src = StructType([f for f in wanted if f.name not in SYSTEM_COLUMNS])
+    adds = missing_fields(src, target, "")
+    widen = widenings(src, target, "")
+    for path, t in adds:
+        spark.sql(f"ALTER TABLE {ident} ADD COLUMN {path} {_ddl(t)}")
+    for path, t in widen:
+        spark.sql(f"ALTER TABLE {ident} ALTER COLUMN {path} TYPE {_ddl(t)}")
+    return spark.table(ident).schema if adds or widen else target
 
 
-def read_watermark(spark: SparkSession, ident: str) -> Watermark:
-    """Newest watermark in the current snapshot's ancestry (maintenance snapshots carry none)."""
+def read_watermark(spark: SparkSession, ident: str) -> Watermark | None:
+    """Newest watermark in the current snapshot's ancestry (maintenance snapshots carry none);
+    None when the table does not exist."""
     if not spark.catalog.tableExists(ident):
-        return Watermark()
+        return None
     rows = spark.sql(
         f"""SELECT s.summary['{SUMMARY_KEY}'] AS wm
             FROM {ident}.history h JOIN {ident}.snapshots s ON h.snapshot_id = s.snapshot_id
@@ -134,91 +220,279 @@ def current_snapshot_id(spark: SparkSession, ident: str) -> int | None:
     return rows[0][0] if rows else None
 
 
-def merge(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
+@dataclass
+class Commit:
+    """Snapshot properties set on the session for exactly one commit."""
+
+    spark: SparkSession
+    props: dict[str, str]
+
+    def __enter__(self) -> Commit:
+        for k, v in self.props.items():
+            self.spark.conf.set(PROPERTY_PREFIX + k, v)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k in self.props:
+            self.spark.conf.unset(PROPERTY_PREFIX + k)
+
+
+def merge_rows(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
+    """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op."""
     source.createOrReplaceTempView("cdclake_apply_source")
     q = [f"`{c}`" for c in columns]
     set_list = ", ".join(f"t.{c} = s.{c}" for c in q if c != f"`{KEY}`")
+    newer = f"struct(s.{SEQ}, s.{SOURCE}) > struct(t.{SEQ}, t.{SOURCE})"
     spark.sql(
         f"""MERGE INTO {ident} t USING cdclake_apply_source s ON t.{KEY} = s.{KEY}
-            WHEN MATCHED AND s.{SEQ} > t.{SEQ} AND s.{OP} = 'DELETE' THEN DELETE
-            WHEN MATCHED AND s.{SEQ} > t.{SEQ} THEN UPDATE SET {set_list}
+            WHEN MATCHED AND {newer} AND s.{OP} = 'DELETE' THEN DELETE
+            WHEN MATCHED AND {newer} THEN UPDATE SET {set_list}
             WHEN NOT MATCHED AND s.{OP} <> 'DELETE' THEN INSERT ({", ".join(q)})
               VALUES ({", ".join("s." + c for c in q)})"""
     )
 
 
-def _with_snapshot_properties(spark: SparkSession, props: dict[str, str]) -> None:
-    for k, v in props.items():
-        spark.conf.set(PROPERTY_PREFIX + k, v)
-
-
-def _clear_snapshot_properties(spark: SparkSession, props: dict[str, str]) -> None:
-    for k in props:
-        spark.conf.unset(PROPERTY_PREFIX + k)
+def commit_always(spark: SparkSession, ident: str, schema: StructType, before: int | None) -> None:
+    """A MERGE that changes no row commits nothing; the watermark must still advance."""
+    if current_snapshot_id(spark, ident) == before:
+        spark.createDataFrame([], schema).writeTo(ident).append()
 
 
 # ---------------------------------------------------------------- the job
 
 
-def apply_table(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> dict[str, Any]:
+@dataclass
+class Run:
+    spark: SparkSession
+    settings: Settings
+    table: str
+    listed: list[str]
+    horizon: str
+
+    def ident(self, suffix: str = "") -> str:
+        return table_ident(self.settings, self.table + suffix)
+
+    def watermark_props(self, wm: Watermark, consumed: Sequence[str]) -> dict[str, str]:
+        return {SUMMARY_KEY: wm.advance(consumed, self.listed, self.horizon).encode()}
+
+
+def _crash(point: str, crash_at: str | None) -> None:
+    if crash_at == point:
+        raise SimulatedCrash(point)
+
+
+def apply_table(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    max_objects: int,
+    crash_at: str | None = None,
+) -> dict[str, Any]:
     t0 = time.monotonic()
-    ident = table_ident(settings, table)
     store = staging.LocalStaging(settings.staging_dir)
-    wm = read_watermark(spark, ident)
+    ident = table_ident(settings, table)
+    wm_main = read_watermark(spark, ident) or Watermark()
     listed_at_ms = int(time.time() * 1000)
-    listed = [k for k in store.list(table, after=wm.low)]
-    pending = [k for k in listed if not wm.consumed(k.name)][:max_objects]
-    result: dict[str, Any] = {
-        "table": table,
-        "objects": len(pending),
-        "pending_total": sum(1 for k in listed if not wm.consumed(k.name)),
-    }
+    listed_keys = list(store.list(table, after=wm_main.low))
+    unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]
+    pending = unconsumed[:max_objects]
+    result: dict[str, Any] = {"table": table, "objects": len(pending), "pending_total": len(unconsumed)}
     if not pending:
         result["committed"] = False
         return result
-
-    raw = spark.read.option("mode", "FAILFAST").json([store.uri(k) for k in pending])
-    events = normalise(raw).cache()
-    deduped = drop_exact_duplicates(events)
-    latest = latest_per_key(deduped)
-    rows = to_rows(latest)
-    target = ensure_table(spark, ident, rows)
-    source = align(rows, target)
-
-    received, unique, keys = events.count(), deduped.count(), latest.count()
-    horizon = staging.horizon(listed_at_ms - settings.landing_grace_s * 1000)
-    new_wm = wm.advance((k.name for k in pending), (k.name for k in listed), horizon)
-    props = {
-        SUMMARY_KEY: new_wm.encode(),
-        "cdclake.objects": str(len(pending)),
-        "cdclake.events-received": str(received),
-        "cdclake.events-duplicate": str(received - unique),
-        "cdclake.events-superseded": str(unique - keys),
-    }
-    before = current_snapshot_id(spark, ident)
-    _with_snapshot_properties(spark, props)
-    try:
-        merge(spark, ident, source, [f.name for f in target.fields])
-        if current_snapshot_id(spark, ident) == before:
-            # A MERGE that changes no row commits nothing; the watermark must still advance,
-            # so commit it with an empty append.
-            spark.createDataFrame([], target).writeTo(ident).append()
-    finally:
-        _clear_snapshot_properties(spark, props)
-    events.unpersist()
-    result.update(
-        committed=True,
-        received=received,
-        duplicate=received - unique,
-        superseded=unique - keys,
-        keys=keys,
-        seconds=round(time.monotonic() - t0, 2),
+    run = Run(
+        spark,
+        settings,
+        table,
+        [k.name for k in listed_keys],
+        staging.horizon(listed_at_ms - settings.landing_grace_s * 1000),
     )
+    names = [k.name for k in pending]
+
+    events = normalise(read_staging(spark, [store.uri(k) for k in pending])).cache()
+    deduped = drop_exact_duplicates(events)
+    rows = flatten(deduped)
+    target = ensure_table(spark, ident, rows)
+    fitted = fit_to_table(rows, target).cache()
+    quarantined = fitted.where(F.col(REASON).isNotNull())
+    valid = fitted.where(F.col(REASON).isNull()).drop(REASON)
+    tomb_ident = run.ident(TOMBSTONES)
+    tombstones = (
+        spark.table(tomb_ident)
+        if spark.catalog.tableExists(tomb_ident)
+        else spark.createDataFrame([], f"{KEY} string, {SEQ} long, {SOURCE} string")
+    )
+    current = spark.table(ident).select(KEY, SEQ, SOURCE)
+    # Checkpointed, not just cached: the MERGE below must not plan a source that reads its own
+    # target (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes
+    # before the MERGE runs.
+    classified = classify(rank_per_key(valid), current, tombstones).localCheckpoint(eager=True)
+
+    received, distinct = events.count(), deduped.count()
+    n_quarantined = quarantined.count()
+    outcomes = {r[OUTCOME]: r["n"] for r in classified.groupBy(OUTCOME).agg(F.count("*").alias("n")).collect()}
+    counts = {
+        "received": received,
+        "applied": outcomes.get("applied", 0),
+        "duplicate": received - distinct + outcomes.get("duplicate", 0),
+        "superseded": outcomes.get("superseded", 0),
+        "late": outcomes.get("late", 0),
+        "quarantined": n_quarantined,
+    }
+    accounted = sum(v for k, v in counts.items() if k != "received")
+    if accounted != received:
+        raise AccountingError(f"{table}: received {received} != accounted {accounted} {counts}")
+    _crash("before-write", crash_at)
+
+    committed_at = F.current_timestamp()
+
+    # 1. quarantine
+    _append_aux(
+        run,
+        QUARANTINE,
+        names,
+        lambda todo: quarantined.where(F.col(OBJECT).isin(todo)).select(
+            KEY,
+            SEQ,
+            TS,
+            SOURCE,
+            F.col(OP).alias("_cdc_operation"),
+            F.col(OBJECT).alias("_cdc_object"),
+            F.col(REASON).alias("_cdc_reason"),
+            committed_at.alias("_cdc_quarantined_at"),
+        ),
+        wm_main,
+    )
+    # 2. change history
+    _append_aux(
+        run,
+        CHANGES,
+        names,
+        lambda todo: classified.where(F.col(OBJECT).isin(todo) & (F.col(OUTCOME) != "duplicate")).select(
+            *[F.col(f.name) for f in target.fields],
+            F.col(OP).alias("_cdc_operation"),
+            F.col(OUTCOME).alias("_cdc_outcome"),
+            committed_at.alias("_cdc_committed_at"),
+        ),
+        wm_main,
+    )
+    # 3. tombstones
+    applied = classified.where(F.col(OUTCOME) == "applied")
+    _merge_tombstones(run, names, applied, wm_main)
+    _crash("after-aux", crash_at)
+
+    # 4. the table itself
+    before = current_snapshot_id(spark, ident)
+    props = {
+        **run.watermark_props(wm_main, names),
+        "cdclake.objects": str(len(pending)),
+        **{f"cdclake.events-{k}": str(v) for k, v in counts.items()},
+    }
+    columns = [f.name for f in target.fields]
+    with Commit(spark, props):
+        if crash_at == "before-commit":
+            _write_without_commit(spark, ident, applied.select(*columns, OP), columns)
+        merge_rows(spark, ident, applied.select(*columns, OP), columns)
+        commit_always(spark, ident, target, before)
+    _crash("after-commit", crash_at)
+    _expire_tombstones(run)
+
+    events.unpersist()
+    fitted.unpersist()
+    result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2))
     return result
 
 
+def _aux_watermark(run: Run, ident: str, wm_main: Watermark) -> Watermark:
+    # An aux table holds everything the main table consumed (it commits first in every run),
+    # plus, after a crash, the objects of the run that did not reach the main commit.
+    wm = read_watermark(run.spark, ident)
+    return wm_main if wm is None else wm.union(wm_main)
+
+
+def _append_aux(run: Run, suffix: str, names: list[str], build: Any, wm_main: Watermark) -> None:
+    ident = run.ident(suffix)
+    wm = _aux_watermark(run, ident, wm_main)
+    todo = [n for n in names if not wm.consumed(n)]
+    if not todo:
+        return
+    df: DataFrame = build(todo)
+    if df.isEmpty():
+        return  # nothing to keep; the main table's watermark covers these objects from now on
+    schema = ensure_table(run.spark, ident, df, key=False)
+    with Commit(run.spark, run.watermark_props(wm, todo)):
+        align_to(df, schema).writeTo(ident).append()
+
+
+def _merge_tombstones(run: Run, names: list[str], applied: DataFrame, wm_main: Watermark) -> None:
+    ident = run.ident(TOMBSTONES)
+    wm = _aux_watermark(run, ident, wm_main)
+    todo = [n for n in names if not wm.consumed(n)]
+    deletes = applied.where(F.col(OBJECT).isin(todo) & (F.col(OP) == "DELETE")).select(
+        KEY, SEQ, SOURCE, F.current_timestamp().alias("_cdc_deleted_at")
+    )
+    if not todo or deletes.isEmpty():
+        return
+    ensure_table(run.spark, ident, deletes)
+    before = current_snapshot_id(run.spark, ident)
+    deletes.createOrReplaceTempView("cdclake_tombstones_source")
+    with Commit(run.spark, run.watermark_props(wm, todo)):
+        run.spark.sql(
+            f"""MERGE INTO {ident} t USING cdclake_tombstones_source s ON t.{KEY} = s.{KEY}
+                WHEN MATCHED AND struct(s.{SEQ}, s.{SOURCE}) > struct(t.{SEQ}, t.{SOURCE}) THEN UPDATE SET *
+                WHEN NOT MATCHED THEN INSERT *"""
+        )
+        commit_always(run.spark, ident, run.spark.table(ident).schema, before)
+
+
+def _expire_tombstones(run: Run) -> None:
+    ident = run.ident(TOMBSTONES)
+    if not run.spark.catalog.tableExists(ident):
+        return
+    cutoff = f"current_timestamp() - INTERVAL {run.settings.tombstone_retention_s} SECONDS"
+    if run.spark.table(ident).where(f"_cdc_deleted_at < {cutoff}").isEmpty():
+        return
+    run.spark.sql(f"DELETE FROM {ident} WHERE _cdc_deleted_at < {cutoff}")
+
+
+def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
+    """Test hook for the crash "after data files are written, before the commit": Iceberg's
+    write-audit-publish stages the MERGE's snapshot (files written, table not changed)."""
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('write.wap.enabled'='true')")
+    spark.conf.set("spark.wap.id", f"crash-{time.time_ns()}")
+    try:
+        merge_rows(spark, ident, source, columns)
+    finally:
+        spark.conf.unset("spark.wap.id")
+        spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('write.wap.enabled')")
+    raise SimulatedCrash("before-commit")
+
+
+def _is_commit_conflict(exc: BaseException) -> bool:
+    text = str(exc)
+    return "CommitFailedException" in text or ("ValidationException" in text and "onflict" in text)
+
+
+def apply_with_retries(
+    spark: SparkSession, settings: Settings, table: str, max_objects: int, attempts: int = 3
+) -> dict[str, Any]:
+    """Optimistic-commit conflicts (a concurrent writer won) re-run the whole apply, which
+    re-reads the watermarks and so never applies anything twice."""
+    for attempt in range(1, attempts + 1):
+        try:
+            result = apply_table(spark, settings, table, max_objects)
+            result["attempts"] = attempt
+            return result
+        except Exception as exc:
+            if attempt == attempts or not _is_commit_conflict(exc):
+                raise
+            print(f"cdclake: commit conflict on {table} (attempt {attempt}), retrying", file=sys.stderr)
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="spark_jobs.apply", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="spark_jobs.apply", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--table", required=True, help="staging table name (lower case)")
     p.add_argument("--max-objects", type=int, default=None, help="cap on staging objects this run")
     return p.parse_args(argv)
@@ -227,7 +501,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     settings = load()
-    result = apply_table(spark, settings, args.table, args.max_objects or settings.max_objects_per_run)
+    result = apply_with_retries(spark, settings, args.table, args.max_objects or settings.max_objects_per_run)
     # One greppable line: Airflow's task log shows it.
     print("CDCLAKE_RESULT " + json.dumps(result, sort_keys=True), flush=True)
     return result

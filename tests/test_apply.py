@@ -15,7 +15,7 @@ from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from spark_jobs.apply import apply_table, drop_exact_duplicates, latest_per_key, normalise
+from spark_jobs.apply import apply_table, classify, drop_exact_duplicates, flatten, normalise, rank_per_key
 from tests.conftest import make_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
@@ -45,7 +45,7 @@ def assert_matches_reference(spark: Any, settings: Settings, batches: list[dict[
         assert not problems, f"{table}: {len(problems)} differences, first: {problems[:3]}"
 
 
-def test_transforms_dedup_and_keep_newest_per_key(spark: Any) -> None:
+def test_transforms_dedup_rank_and_classify(spark: Any) -> None:
     raw = spark.createDataFrame(
         [
             ("a", 1, 5, 100, "INSERT", "k1", {"v": "old"}),
@@ -53,16 +53,32 @@ def test_transforms_dedup_and_keep_newest_per_key(spark: Any) -> None:
             ("a", 2, 9, 200, "UPDATE", "k1", {"v": "new"}),
             ("a", 2, 7, 150, "UPDATE", "k1", {"v": "mid"}),  # older, arrived later
             ("a", 3, 8, 160, "DELETE", "k2", None),
+            ("a", 3, 4, 160, "UPDATE", "k3", {"v": "stale"}),  # older than the stored row
+            ("a", 3, 6, 160, "UPDATE", "k4", {"v": "dead"}),  # older than the key's tombstone
+            ("a", 3, 2, 160, "UPDATE", "k5", {"v": "same"}),  # IS the stored row (redelivered)
         ],
         "source string, batchSequence long, sequence long, timestamp long, operation string, rowId string, "
         "after struct<v:string>",
     )
-    events = normalise(raw)
-    deduped = drop_exact_duplicates(events)
-    assert deduped.count() == 4
-    latest = {r["_cdc_row_id"]: r for r in latest_per_key(deduped).collect()}
-    assert latest["k1"]["_cdc_seq"] == 9 and latest["k1"]["after"]["v"] == "new"
-    assert latest["k2"]["_cdc_op"] == "DELETE"
+    deduped = drop_exact_duplicates(normalise(raw))
+    assert deduped.count() == 7
+    current = spark.createDataFrame(
+        [("k3", 10, "a"), ("k5", 2, "a")], "_cdc_row_id string, _cdc_seq long, _cdc_source string"
+    )
+    tombs = spark.createDataFrame([("k4", 6, "b")], "_cdc_row_id string, _cdc_seq long, _cdc_source string")
+    out = {
+        (r["_cdc_row_id"], r["_cdc_seq"]): r["_cdc_w_outcome"]
+        for r in classify(rank_per_key(flatten(deduped)), current, tombs).collect()
+    }
+    assert out == {
+        ("k1", 9): "applied",
+        ("k1", 7): "superseded",
+        ("k1", 5): "superseded",
+        ("k2", 8): "applied",
+        ("k3", 4): "late",
+        ("k4", 6): "late",  # same sequence, lower source id than the tombstone's
+        ("k5", 2): "duplicate",
+    }
 
 
 def test_apply_matches_reference_and_rerun_changes_nothing(spark: Any, settings: Settings) -> None:
@@ -147,7 +163,6 @@ def test_new_column_is_added_to_the_table(spark: Any, settings: Settings) -> Non
     assert rows == {"1": {"id": 1, "email": None}, "2": {"id": 2, "email": "b@x"}}
 
 
-@pytest.mark.xfail(strict=True, reason="tombstones for deleted keys are issue 4; a late older event resurrects the row")
 def test_late_update_does_not_resurrect_a_deleted_row(spark: Any, settings: Settings) -> None:
     ev = {"timestamp": 1, "table": "users", "rowId": "1"}
     stage(
