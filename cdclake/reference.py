@@ -48,8 +48,17 @@ def rows_by_key(rows: Iterable[Any], key: str = "_cdc_row_id") -> dict[str, dict
     return out
 
 
+def _drop_nulls(value: Any) -> Any:
+    """Absent and null fields mean the same in an after-image; the table has every column."""
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
+
+
 def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]]) -> list[str]:
-    """Human-readable differences; empty when equal. ``actual`` rows may carry extra NULL columns."""
+    """Human-readable differences; empty when equal. Rows may carry extra NULL columns and fields."""
     problems = []
     for rid in sorted(set(expected) | set(actual), key=lambda r: (len(r), r)):
         if rid not in actual:
@@ -57,8 +66,7 @@ def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]])
         elif rid not in expected:
             problems.append(f"unexpected row {rid}: {actual[rid]}")
         else:
-            want = expected[rid]
-            got = {k: v for k, v in actual[rid].items() if k in want or v is not None}
+            want, got = _drop_nulls(expected[rid]), _drop_nulls(actual[rid])
             if got != want:
                 problems.append(f"row {rid}: want {want} got {got}")
     return problems

@@ -67,7 +67,8 @@ def widenings(src: DataType, dst: DataType, path: str) -> list[tuple[str, DataTy
         have = {f.name.lower(): f for f in dst.fields}
         for f in src.fields:
             if f.name.lower() in have:
-                out += widenings(f.dataType, have[f.name.lower()].dataType, f"{path}.`{f.name}`")
+                sub = f"{path}.`{f.name}`" if path else f"`{f.name}`"
+                out += widenings(f.dataType, have[f.name.lower()].dataType, sub)
     return out
 
 

@@ -39,6 +39,13 @@ def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | No
     return keys
 
 
+def staged_event_count(settings: Settings) -> int:
+    """Events that landed in staging. A batch re-sent within the same millisecond lands under the
+    same object name (identical content, one object), so this can be below what was sent."""
+    store = staging.LocalStaging(settings.staging_dir)
+    return sum(len(store.get(k).splitlines()) for t in store.tables() for k in store.list(t))
+
+
 @pytest.fixture(scope="session")
 def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("spark-home")

@@ -16,7 +16,7 @@ from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.apply import apply_table, classify, drop_exact_duplicates, flatten, normalise, rank_per_key
-from tests.conftest import make_settings, stage, table_rows
+from tests.conftest import make_settings, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
 _ns = itertools.count()
@@ -86,7 +86,7 @@ def test_apply_matches_reference_and_rerun_changes_nothing(spark: Any, settings:
     stage(settings, w.batches)
     results = apply_all(spark, settings)
     assert all(r["committed"] for r in results)
-    assert sum(r["received"] for r in results) == sum(len(b["events"]) for b in w.batches)
+    assert sum(r["received"] for r in results) == staged_event_count(settings)
     assert_matches_reference(spark, settings, w.batches)
 
     before = {t: snapshots(spark, settings, t) for t in ("customers", "orders", "products")}
@@ -107,7 +107,7 @@ def test_many_small_runs_with_old_events_arriving_late(spark: Any, settings: Set
     sums = spark.sql(
         f"SELECT sum(cast(summary['cdclake.events-received'] AS int)) FROM {table_ident(settings, 'orders')}.snapshots"
     ).collect()[0][0]
-    assert sums == sum(len(b["events"]) for b in w.batches)
+    assert sums == staged_event_count(settings)
 
 
 def test_object_landing_after_a_later_named_one_was_consumed_is_applied_once(spark: Any, settings: Settings) -> None:
