@@ -106,9 +106,14 @@ def demo(settings: Settings, keep_running: bool) -> int:
                     f"SELECT 'products', count(*) FROM {ns}.products",
                     f"SELECT id, name, tier, balance, _cdc_seq, _cdc_ts FROM {ns}.customers ORDER BY id LIMIT 10",
                     f"SELECT order_id, status, amount, items FROM {ns}.orders ORDER BY order_id LIMIT 5",
-                    f"SELECT snapshot_id, operation, summary['cdclake.events-received'] AS received, "
-                    f"summary['cdclake.events-duplicate'] AS duplicate, "
-                    f"summary['cdclake.events-superseded'] AS superseded FROM {ns}.orders.snapshots",
+                    "SELECT snapshot_id, "
+                    + ", ".join(
+                        f"summary['cdclake.events-{k}'] AS {k}"
+                        for k in ("received", "applied", "duplicate", "superseded", "late", "quarantined")
+                    )
+                    + f" FROM {ns}.orders.snapshots",
+                    f"SELECT _cdc_seq, _cdc_operation, _cdc_outcome, status, amount FROM {ns}.orders__changes "
+                    f"WHERE _cdc_row_id = '7' ORDER BY _cdc_seq",
                 ],
             )
             verdicts = check_against_reference(spark, settings, acked)

@@ -17,6 +17,9 @@ TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 MAX_ROW_ID_CHARS = 1024
 MAX_EVENTS_PER_BATCH = 100_000
+# Side tables the apply job keeps next to each CDC table; a source table may not be named so.
+CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX = "__changes", "__quarantine", "__tombstones"
+RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]
@@ -91,6 +94,8 @@ def decode_batch(body: bytes) -> Batch:
     except msgspec.DecodeError as exc:
         raise InvalidBatch("$", f"malformed JSON: {exc}") from None
     for i, ev in enumerate(batch.events):
+        if ev.table.lower().endswith(RESERVED_SUFFIXES):
+            raise InvalidBatch(f"$.events[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
         if ev.operation != "DELETE" and ev.after is None:
             raise InvalidBatch(f"$.events[{i}].after", f"required for {ev.operation}")
     return batch

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from cdclake import staging
+from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
 from cdclake.watermark import SUMMARY_KEY, Watermark
@@ -51,7 +52,7 @@ REASON = "_cdc_w_reason"
 OUTCOME = "_cdc_w_outcome"
 WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME)
 
-CHANGES, QUARANTINE, TOMBSTONES = "__changes", "__quarantine", "__tombstones"
+CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
 

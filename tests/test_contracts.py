@@ -36,6 +36,7 @@ def batch(**over: object) -> dict[str, object]:
         (lambda b: b["events"][1].update(sequence="x"), "$.events[1].sequence", "int"),
         (lambda b: b["events"][0].update(operation="UPSERT"), "$.events[0].operation", "INSERT"),
         (lambda b: b["events"][0].update(table="bad-name"), "$.events[0].table", "matching regex"),
+        (lambda b: b["events"][1].update(table="Orders__changes"), "$.events[1].table", "reserved"),
         (lambda b: b["events"][0].update(rowId=""), "$.events[0].rowId", "length >= 1"),
         (lambda b: b["events"][0].pop("after"), "$.events[0].after", "required for INSERT"),
         (lambda b: b["events"][0].update(after=[1]), "$.events[0].after", "object"),
