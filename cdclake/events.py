@@ -20,6 +20,9 @@ MAX_EVENTS_PER_BATCH = 100_000
 # Side tables the apply job keeps next to each CDC table; a source table may not be named so.
 CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX = "__changes", "__quarantine", "__tombstones"
 RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
+# Debezium's stand-in for a column value it did not capture (unchanged TOASTed Postgres values):
+# the stored value must be kept, never overwritten with this string.
+UNAVAILABLE = "__debezium_unavailable_value"
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]

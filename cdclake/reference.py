@@ -6,26 +6,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+UNAVAILABLE = "__debezium_unavailable_value"
+
 
 def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """table -> rowId -> after-image, for every row alive after applying all events."""
+    """table -> rowId -> row, for every row alive after all events, replayed per key in
+    (sequence, source) order. A value marked unavailable keeps the key's previous value."""
     seen: set[tuple[str, int]] = set()
-    latest: dict[str, dict[str, tuple[int, str, str, Any]]] = {}
+    history: dict[str, dict[str, list[tuple[int, str, str, Any]]]] = {}
     for batch in batches:
         for ev in batch["events"]:
             ident = (batch["source"], ev["sequence"])
             if ident in seen:
                 continue
             seen.add(ident)
-            table = ev["table"].lower()
-            cur = latest.setdefault(table, {}).get(ev["rowId"])
-            order = (ev["sequence"], batch["source"])
-            if cur is None or order > (cur[0], cur[1]):
-                latest[table][ev["rowId"]] = (ev["sequence"], batch["source"], ev["operation"], ev.get("after"))
-    return {
-        table: {rid: after for rid, (_, _, op, after) in rows.items() if op != "DELETE"}
-        for table, rows in latest.items()
-    }
+            per_key = history.setdefault(ev["table"].lower(), {}).setdefault(ev["rowId"], [])
+            per_key.append((ev["sequence"], batch["source"], ev["operation"], ev.get("after")))
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for table, keys in history.items():
+        rows = out.setdefault(table, {})
+        for rid, events in keys.items():
+            state: dict[str, Any] | None = None
+            for _, _, op, after in sorted(events, key=lambda e: (e[0], e[1])):
+                if op == "DELETE":
+                    state = None
+                else:
+                    prev = state or {}
+                    state = {c: (prev.get(c) if v == UNAVAILABLE else v) for c, v in after.items()}
+            if state is not None:
+                rows[rid] = state
+    return out
 
 
 def normalise_row(value: Any) -> Any:

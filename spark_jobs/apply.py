@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from cdclake import staging
-from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, UNAVAILABLE
 from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
 from cdclake.watermark import SUMMARY_KEY, Watermark
@@ -50,7 +50,8 @@ OBJECT = "_cdc_w_object"
 RANK = "_cdc_w_rank"
 REASON = "_cdc_w_reason"
 OUTCOME = "_cdc_w_outcome"
-WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME)
+KEEP = "_cdc_w_keep"  # names of columns whose value was unavailable: keep what is stored
+WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP)
 
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
@@ -111,6 +112,45 @@ def flatten(events: DataFrame) -> DataFrame:
     return events.select(KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, OP, OBJECT)
 
 
+def mark_unavailable(rows: DataFrame) -> DataFrame:
+    """Placeholder values become NULL, their column names listed in KEEP."""
+    strings = [
+        f.name
+        for f in rows.schema.fields
+        if f.name not in SYSTEM_COLUMNS + WORK_COLUMNS and f.dataType.simpleString() == "string"
+    ]
+    keep = F.filter(
+        F.array(*[F.when(F.col(c) == UNAVAILABLE, F.lit(c)) for c in strings]) if strings else F.array(),
+        lambda x: x.isNotNull(),
+    ).cast("array<string>")
+    replaced = [F.when(F.col(c) == UNAVAILABLE, F.lit(None)).otherwise(F.col(c)).alias(c) for c in strings]
+    others = [c for c in rows.columns if c not in strings]
+    return rows.select(*others, *replaced, keep.alias(KEEP))
+
+
+def fill_unavailable(valid: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """An unavailable value takes the key's newest earlier value in this run, if any; only what
+    is still unknown stays in KEEP (and is then kept from the stored row by the MERGE)."""
+    if not columns:
+        return valid
+    w = Window.partitionBy(KEY).orderBy(SEQ, SOURCE).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    out = valid
+    still = []
+    for c in columns:
+        missing = F.array_contains(F.col(KEEP), c)
+        known = F.last(F.when(~missing, F.struct(F.col(c).alias("v"))), ignorenulls=True).over(w)
+        out = out.withColumn(f"_cdc_w_known_{c}", known)
+        out = out.withColumn(
+            c,
+            F.when(
+                missing & F.col(f"_cdc_w_known_{c}").isNotNull(), F.col(f"_cdc_w_known_{c}").getField("v")
+            ).otherwise(F.col(c)),
+        )
+        still.append(F.when(missing & F.col(f"_cdc_w_known_{c}").isNull(), F.lit(c)))
+    out = out.withColumn(KEEP, F.filter(F.array(*still), lambda x: x.isNotNull()).cast("array<string>"))
+    return out.drop(*[f"_cdc_w_known_{c}" for c in columns])
+
+
 def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
     """Rows in the table's column order and types, plus REASON (null when every value fits).
 
@@ -129,7 +169,8 @@ def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
         why = f"column {f.name}: {src.dataType.simpleString()} value does not fit {f.dataType.simpleString()} "
         reasons.append(F.when(bad, F.concat(F.lit(why), shown)))
     reason = F.concat_ws("; ", *reasons) if reasons else F.lit("")
-    return rows.select(*cols, OP, OBJECT, F.when(reason != "", reason).alias(REASON))
+    keep = F.col(KEEP) if KEEP in rows.columns else F.array().cast("array<string>")
+    return rows.select(*cols, OP, OBJECT, keep.alias(KEEP), F.when(reason != "", reason).alias(REASON))
 
 
 def align_to(df: DataFrame, schema: StructType) -> DataFrame:
@@ -238,11 +279,20 @@ class Commit:
             self.spark.conf.unset(PROPERTY_PREFIX + k)
 
 
-def merge_rows(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
-    """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op."""
+def merge_rows(
+    spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str], keepable: Sequence[str] = ()
+) -> None:
+    """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op.
+    Columns in ``keepable`` keep the stored value where the source row lists them in KEEP."""
     source.createOrReplaceTempView("cdclake_apply_source")
     q = [f"`{c}`" for c in columns]
-    set_list = ", ".join(f"t.{c} = s.{c}" for c in q if c != f"`{KEY}`")
+
+    def assign(c: str) -> str:
+        if c in keepable:
+            return f"t.`{c}` = CASE WHEN array_contains(s.{KEEP}, '{c}') THEN t.`{c}` ELSE s.`{c}` END"
+        return f"t.`{c}` = s.`{c}`"
+
+    set_list = ", ".join(assign(c) for c in columns if c != KEY)
     newer = f"struct(s.{SEQ}, s.{SOURCE}) > struct(t.{SEQ}, t.{SOURCE})"
     spark.sql(
         f"""MERGE INTO {ident} t USING cdclake_apply_source s ON t.{KEY} = s.{KEY}
@@ -312,11 +362,12 @@ def apply_table(
 
     events = normalise(read_staging(spark, [store.uri(k) for k in pending])).cache()
     deduped = drop_exact_duplicates(events)
-    rows = flatten(deduped)
+    rows = mark_unavailable(flatten(deduped))
     target = ensure_table(spark, ident, rows)
     fitted = fit_to_table(rows, target).cache()
     quarantined = fitted.where(F.col(REASON).isNotNull())
-    valid = fitted.where(F.col(REASON).isNull()).drop(REASON)
+    unavailable = sorted({r[0] for r in fitted.select(F.explode(KEEP)).distinct().collect()})
+    valid = fill_unavailable(fitted.where(F.col(REASON).isNull()).drop(REASON), unavailable)
     tomb_ident = run.ident(TOMBSTONES)
     tombstones = (
         spark.table(tomb_ident)
@@ -392,8 +443,8 @@ def apply_table(
     columns = [f.name for f in target.fields]
     with Commit(spark, props):
         if crash_at == "before-commit":
-            _write_without_commit(spark, ident, applied.select(*columns, OP), columns)
-        merge_rows(spark, ident, applied.select(*columns, OP), columns)
+            _write_without_commit(spark, ident, applied.select(*columns, OP, KEEP), columns)
+        merge_rows(spark, ident, applied.select(*columns, OP, KEEP), columns, unavailable)
         commit_always(spark, ident, target, before)
     _crash("after-commit", crash_at)
     _expire_tombstones(run)
