@@ -43,6 +43,8 @@ class Settings:
     max_objects_per_run: int
     max_body_bytes: int
     tombstone_retention_s: int
+    table_config: Path | None
+    """TOML file with per-table partition spec and merge mode (see cdclake.tables)."""
     """How long a deleted key's ordering value is kept to stop late events resurrecting it."""
 
     @property
@@ -59,7 +61,8 @@ class Settings:
 
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a child process."""
-        return {f"CDCLAKE_{f.name.upper()}": str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f"CDCLAKE_{k.upper()}": str(v) for k, v in values.items() if v is not None}
 
 
 def jdbc_credentials(url: str) -> tuple[str, str] | None:
@@ -122,6 +125,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         max_objects_per_run=_int(e, "CDCLAKE_MAX_OBJECTS_PER_RUN", 1000, 1),
         max_body_bytes=_int(e, "CDCLAKE_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024),
         tombstone_retention_s=_int(e, "CDCLAKE_TOMBSTONE_RETENTION_S", 7 * 24 * 3600, 0),
+        table_config=Path(e["CDCLAKE_TABLE_CONFIG"]).resolve() if e.get("CDCLAKE_TABLE_CONFIG") else None,
     )
     unknown = set(overrides) - set(values)
     if unknown:

@@ -36,6 +36,7 @@ from cdclake import staging
 from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, UNAVAILABLE
 from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
+from cdclake.tables import TableOptions, load_table_config, transform_column
 from cdclake.watermark import SUMMARY_KEY, Watermark
 from spark_jobs.schema import conform, missing_fields, widenings
 
@@ -56,14 +57,9 @@ WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP)
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
+PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
 
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    # Copy-on-write keeps reads free of delete files; micro-batches touch few files.
-    "write.merge.mode": "copy-on-write",
-    "write.update.mode": "copy-on-write",
-    "write.delete.mode": "copy-on-write",
-}
+TABLE_PROPERTIES = {"format-version": "2"}
 
 
 class AccountingError(RuntimeError):
@@ -220,13 +216,17 @@ def _ddl(t: DataType) -> str:
     return t.simpleString()
 
 
-def ensure_table(spark: SparkSession, ident: str, rows: DataFrame, key: bool = True) -> StructType:
-    """Create the table from the first after-images, add what it lacks, widen what may widen."""
+def ensure_table(
+    spark: SparkSession, ident: str, rows: DataFrame, key: bool = True, options: TableOptions | None = None
+) -> StructType:
+    """Create the table from the first after-images, add what it lacks, widen what may widen,
+    and bring partitioning and merge mode in line with the table's configured options."""
     wanted = [f for f in rows.schema.fields if f.name not in WORK_COLUMNS]
+    opts = options or TableOptions()
     if not spark.catalog.tableExists(ident):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
         cols = ", ".join(f"`{f.name}` {_ddl(f.dataType)}{' NOT NULL' if key and f.name == KEY else ''}" for f in wanted)
-        props = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+        props = ", ".join(f"'{k}'='{v}'" for k, v in {**TABLE_PROPERTIES, **opts.properties}.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING iceberg TBLPROPERTIES ({props})")
         if key:
             spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
@@ -238,7 +238,27 @@ def ensure_table(spark: SparkSession, ident: str, rows: DataFrame, key: bool = T
         spark.sql(f"ALTER TABLE {ident} ADD COLUMN {path} {_ddl(t)}")
     for path, t in widen:
         spark.sql(f"ALTER TABLE {ident} ALTER COLUMN {path} TYPE {_ddl(t)}")
-    return spark.table(ident).schema if adds or widen else target
+    schema = spark.table(ident).schema if adds or widen else target
+    if options is not None:
+        apply_options(spark, ident, schema, options)
+    return schema
+
+
+def apply_options(spark: SparkSession, ident: str, schema: StructType, options: TableOptions) -> None:
+    """Merge mode as configured; configured partition fields added once their column exists
+    (partition evolution: existing files keep their old spec). Fields are never dropped here."""
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+    changed = {k: v for k, v in options.properties.items() if props.get(k) != v}
+    applied = json.loads(props.get(PARTITION_PROPERTY, "[]"))
+    columns = {f.name.lower() for f in schema.fields}
+    new = [t for t in options.partition_by if t not in applied and transform_column(t).lower() in columns]
+    for transform in new:
+        spark.sql(f"ALTER TABLE {ident} ADD PARTITION FIELD {transform}")
+    if new:
+        changed[PARTITION_PROPERTY] = json.dumps([*applied, *new])
+    if changed:
+        pairs = ", ".join(f"'{k}'='{v}'" for k, v in changed.items())
+        spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pairs})")
 
 
 def read_watermark(spark: SparkSession, ident: str) -> Watermark | None:
@@ -363,7 +383,7 @@ def apply_table(
     events = normalise(read_staging(spark, [store.uri(k) for k in pending])).cache()
     deduped = drop_exact_duplicates(events)
     rows = mark_unavailable(flatten(deduped))
-    target = ensure_table(spark, ident, rows)
+    target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table))
     fitted = fit_to_table(rows, target).cache()
     quarantined = fitted.where(F.col(REASON).isNotNull())
     unavailable = sorted({r[0] for r in fitted.select(F.explode(KEEP)).distinct().collect()})

@@ -246,3 +246,25 @@ def test_unavailable_values_keep_the_stored_value(spark: Any, settings: Settings
         apply_all(spark, settings)
     assert rows(spark, settings) == {"1": {"id": 1, "doc": "big text", "n": 10}, "2": {"id": 2, "doc": "y", "n": 21}}
     assert not diff(expected_tables([b1, b2])["t"], rows(spark, settings))
+
+
+def test_configured_partitioning_and_merge_mode(spark: Any, spark_home: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "tables.toml"
+    cfg.write_text('[tables.t]\npartition_by = ["bucket(4, _cdc_row_id)", "region"]\nmerge_mode = "merge-on-read"\n')
+    settings = fresh(spark_home, table_config=cfg)
+    b1 = batch(1, *[ev(i, "INSERT", str(i), {"id": i}) for i in range(1, 9)])
+    b2 = batch(2, *[ev(10 + i, "UPDATE", str(i), {"id": i, "region": "eu" if i % 2 else "us"}) for i in range(1, 5)])
+    stage(settings, [b1])
+    apply_all(spark, settings)
+    stage(settings, [b2])
+    apply_all(spark, settings)
+    ident = table_ident(settings, "t")
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+    assert props["write.merge.mode"] == "merge-on-read"
+    # The region column appeared in the second batch: its partition field was added then.
+    assert props["cdclake.partition-by"] == '["bucket(4, _cdc_row_id)", "region"]'
+    partition_fields = spark.table(f"{ident}.partitions").schema["partition"].dataType.fieldNames()
+    assert partition_fields == ["_cdc_row_id_bucket_4", "region"]
+    summary = spark.sql(f"SELECT summary FROM {ident}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
+    assert int(summary.get("total-position-deletes", "0")) > 0  # merge-on-read wrote delete files
+    assert not diff(expected_tables([b1, b2])["t"], rows(spark, settings))

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdclake.settings import SettingsError, load
+from cdclake.tables import TableOptions, load_table_config, normalise_transform, transform_column
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "tables.toml"
+    p.write_text(text)
+    return p
+
+
+def test_per_table_options_over_defaults(tmp_path: Path) -> None:
+    p = config(
+        tmp_path,
+        """
+        [defaults]
+        merge_mode = "merge-on-read"
+        [tables.Orders]
+        partition_by = ["day(created_at)", "bucket(16, _cdc_row_id)", "region"]
+        """,
+    )
+    cfg = load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(p)}))
+    assert cfg.for_table("orders") == TableOptions(
+        ("days(created_at)", "bucket(16, _cdc_row_id)", "region"), "merge-on-read"
+    )
+    assert cfg.for_table("other") == TableOptions((), "merge-on-read")
+    assert cfg.for_table("other").properties["write.update.mode"] == "merge-on-read"
+    assert load_table_config(load({})).for_table("x") == TableOptions()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[tables.t]\nmerge_mode = "fast"', "[tables.t].merge_mode must be one of"),
+        ('[tables.t]\npartition_by = ["bucket(x, id)"]', "[tables.t].partition_by: 'bucket(x, id)' is not a partition"),
+        ('[tables.t]\nsort = ["id"]', "unknown option(s) sort"),
+        ("[tables.t", "CDCLAKE_TABLE_CONFIG="),
+    ],
+)
+def test_config_errors_name_the_file_and_key(tmp_path: Path, text: str, words: str) -> None:
+    p = config(tmp_path, text)
+    with pytest.raises(SettingsError) as err:
+        load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(p)}))
+    assert words in str(err.value) and str(p) in str(err.value)
+
+
+def test_transforms() -> None:
+    assert normalise_transform("hour(ts)", "x") == "hours(ts)"
+    assert normalise_transform("truncate(4,  name)", "x") == "truncate(4, name)"
+    assert transform_column("bucket(16, _cdc_row_id)") == "_cdc_row_id"
+    assert transform_column("days(created_at)") == "created_at"
+    assert transform_column("region") == "region"
