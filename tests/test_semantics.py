@@ -268,3 +268,21 @@ def test_configured_partitioning_and_merge_mode(spark: Any, spark_home: Path, tm
     summary = spark.sql(f"SELECT summary FROM {ident}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0][0]
     assert int(summary.get("total-position-deletes", "0")) > 0  # merge-on-read wrote delete files
     assert not diff(expected_tables([b1, b2])["t"], rows(spark, settings))
+
+
+def test_compaction_between_applies_changes_no_result(spark: Any, settings: Settings) -> None:
+    w = generate(events=300, seed=31, tables=("orders",), batch_size=50)
+    ident = table_ident(settings, "orders")
+    for i, b in enumerate(w.batches):
+        stage(settings, [b])
+        apply_all(spark, settings)
+        if i % 3 == 2:
+            spark.sql(
+                f"CALL {settings.catalog_name}.system.rewrite_data_files(table => '{settings.namespace}.orders', "
+                "options => map('rewrite-all', 'true'))"
+            ).collect()
+    ops = [r[0] for r in spark.sql(f"SELECT operation FROM {ident}.snapshots").collect()]
+    assert "replace" in ops  # compaction snapshots (no watermark) sit in the ancestry
+    assert not diff(expected_tables(w.batches)["orders"], rows(spark, settings, "orders"))
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is False  # the watermark was found behind the compaction snapshots
