@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench
 
 PY := .venv/bin/python
 
@@ -33,3 +33,7 @@ lock:
 
 clean-state:
 	rm -rf .cdclake
+
+# Benchmarks are not tests: `make bench` (small) or `make bench ARGS="--events 1000000 --keys 300000 --base-rows 1000000"`
+bench: setup
+	@$(PY) -m tests.bench_apply $(ARGS)
