@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tempfile
@@ -63,6 +64,28 @@ def spark(spark_home: Path) -> Iterator[Any]:
     # py4j logs "Closing down clientserver connection" at interpreter exit, after pytest has
     # closed its capture streams; that would print a spurious "--- Logging error ---".
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+_namespaces = itertools.count()
+
+
+def fresh_settings(spark_home: Path, **overrides: Any) -> Settings:
+    """Settings on the session's catalog with a namespace and staging folder of their own."""
+    n = next(_namespaces)
+    return make_settings(spark_home, namespace=f"t{n}", staging_dir=spark_home / f"staging{n}", **overrides)
+
+
+@pytest.fixture()
+def settings(spark_home: Path) -> Settings:
+    return fresh_settings(spark_home)
+
+
+def apply_all(spark: Any, settings: Settings, crash_at: str | None = None) -> list[dict[str, Any]]:
+    """Run the apply job once for every table with staging data."""
+    from spark_jobs.apply import apply_table
+
+    store = staging.LocalStaging(settings.staging_dir)
+    return [apply_table(spark, settings, t, 10_000, crash_at=crash_at) for t in store.tables()]
 
 
 def attach_catalog(spark: Any, settings: Settings) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,27 +13,14 @@ from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from spark_jobs.apply import apply_table, classify, drop_exact_duplicates, flatten, normalise, rank_per_key
-from tests.conftest import make_settings, stage, staged_event_count, table_rows
+from spark_jobs.apply import classify, drop_exact_duplicates, flatten, normalise, rank_per_key
+from tests.conftest import apply_all, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
-_ns = itertools.count()
-
-
-@pytest.fixture()
-def settings(spark_home: Path) -> Settings:
-    # One catalog for the session's SparkSession; a namespace and staging folder per test.
-    n = next(_ns)
-    return make_settings(spark_home, namespace=f"t{n}", staging_dir=spark_home / f"staging{n}")
 
 
 def snapshots(spark: Any, settings: Settings, table: str) -> list[int]:
     return [r[0] for r in spark.sql(f"SELECT snapshot_id FROM {table_ident(settings, table)}.snapshots").collect()]
-
-
-def apply_all(spark: Any, settings: Settings) -> list[dict[str, Any]]:
-    store = staging.LocalStaging(settings.staging_dir)
-    return [apply_table(spark, settings, t, 10_000) for t in store.tables()]
 
 
 def assert_matches_reference(spark: Any, settings: Settings, batches: list[dict[str, Any]]) -> None:

@@ -4,7 +4,6 @@ run splits, all checked against cdclake/reference.py."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
@@ -13,31 +12,14 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from cdclake import staging
 from cdclake.reference import diff, expected_tables
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from spark_jobs.apply import CRASH_POINTS, SimulatedCrash, apply_table
-from tests.conftest import make_settings, stage, staged_event_count, table_rows
+from spark_jobs.apply import CRASH_POINTS, SimulatedCrash
+from tests.conftest import apply_all, fresh_settings, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
-_ns = itertools.count()
-
-
-def fresh(spark_home: Path, **over: Any) -> Settings:
-    n = next(_ns)
-    return make_settings(spark_home, namespace=f"s{n}", staging_dir=spark_home / f"sem-staging{n}", **over)
-
-
-@pytest.fixture()
-def settings(spark_home: Path) -> Settings:
-    return fresh(spark_home)
-
-
-def apply_all(spark: Any, settings: Settings, crash_at: str | None = None) -> list[dict[str, Any]]:
-    store = staging.LocalStaging(settings.staging_dir)
-    return [apply_table(spark, settings, t, 10_000, crash_at=crash_at) for t in store.tables()]
 
 
 def ev(seq: int, op: str, key: str, after: Any = None, table: str = "t") -> dict[str, Any]:
@@ -119,7 +101,7 @@ def test_key_change_and_late_event_after_delete(spark: Any, settings: Settings) 
 
 
 def test_tombstones_expire_after_their_retention(spark: Any, spark_home: Path) -> None:
-    settings = fresh(spark_home, tombstone_retention_s=0)
+    settings = fresh_settings(spark_home, tombstone_retention_s=0)
     stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1}), ev(2, "DELETE", "1"))])
     apply_all(spark, settings)
     assert spark.table(table_ident(settings, "t__tombstones")).count() == 0
@@ -147,7 +129,7 @@ def test_change_history_has_every_distinct_event_with_its_outcome(spark: Any, se
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_at_any_point_then_rerun_gives_the_same_tables(spark: Any, spark_home: Path, point: str) -> None:
-    settings = fresh(spark_home)
+    settings = fresh_settings(spark_home)
     w = generate(events=240, seed=23, tables=("customers",), batch_size=20)
     third = len(w.batches) // 3
     stage(settings, w.batches[:third])
@@ -216,7 +198,7 @@ def workloads(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
 )
 @given(runs=workloads())
 def test_random_workloads_in_random_runs_match_the_reference(spark: Any, spark_home: Path, runs: Any) -> None:
-    settings = fresh(spark_home)
+    settings = fresh_settings(spark_home)
     for run in runs:
         stage(settings, run)
         apply_all(spark, settings)
@@ -251,7 +233,7 @@ def test_unavailable_values_keep_the_stored_value(spark: Any, settings: Settings
 def test_configured_partitioning_and_merge_mode(spark: Any, spark_home: Path, tmp_path: Path) -> None:
     cfg = tmp_path / "tables.toml"
     cfg.write_text('[tables.t]\npartition_by = ["bucket(4, _cdc_row_id)", "region"]\nmerge_mode = "merge-on-read"\n')
-    settings = fresh(spark_home, table_config=cfg)
+    settings = fresh_settings(spark_home, table_config=cfg)
     b1 = batch(1, *[ev(i, "INSERT", str(i), {"id": i}) for i in range(1, 9)])
     b2 = batch(2, *[ev(10 + i, "UPDATE", str(i), {"id": i, "region": "eu" if i % 2 else "us"}) for i in range(1, 5)])
     stage(settings, [b1])
