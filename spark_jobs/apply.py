@@ -360,6 +360,15 @@ def apply_table(
     crash_at: str | None = None,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
+    phases: dict[str, float] = {}  # wall seconds per step, for the log line and benchmarks
+    mark = t0
+
+    def phase(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[name] = round(now - mark, 2)
+        mark = now
+
     store = staging.LocalStaging(settings.staging_dir)
     ident = table_ident(settings, table)
     wm_main = read_watermark(spark, ident) or Watermark()
@@ -380,13 +389,17 @@ def apply_table(
     )
     names = [k.name for k in pending]
 
+    phase("list")
     events = normalise(read_staging(spark, [store.uri(k) for k in pending])).cache()
+    events.count()
+    phase("read")  # JSON schema inference + parse
     deduped = drop_exact_duplicates(events)
     rows = mark_unavailable(flatten(deduped))
     target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table))
     fitted = fit_to_table(rows, target).cache()
     quarantined = fitted.where(F.col(REASON).isNotNull())
     unavailable = sorted({r[0] for r in fitted.select(F.explode(KEEP)).distinct().collect()})
+    phase("fit")
     valid = fill_unavailable(fitted.where(F.col(REASON).isNull()).drop(REASON), unavailable)
     tomb_ident = run.ident(TOMBSTONES)
     tombstones = (
@@ -399,6 +412,7 @@ def apply_table(
     # target (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes
     # before the MERGE runs.
     classified = classify(rank_per_key(valid), current, tombstones).localCheckpoint(eager=True)
+    phase("classify")
 
     received, distinct = events.count(), deduped.count()
     n_quarantined = quarantined.count()
@@ -414,6 +428,7 @@ def apply_table(
     accounted = sum(v for k, v in counts.items() if k != "received")
     if accounted != received:
         raise AccountingError(f"{table}: received {received} != accounted {accounted} {counts}")
+    phase("count")
     _crash("before-write", crash_at)
 
     committed_at = F.current_timestamp()
@@ -453,6 +468,7 @@ def apply_table(
     _merge_tombstones(run, names, applied, wm_main)
     _crash("after-aux", crash_at)
 
+    phase("side_tables")
     # 4. the table itself
     before = current_snapshot_id(spark, ident)
     props = {
@@ -467,11 +483,12 @@ def apply_table(
         merge_rows(spark, ident, applied.select(*columns, OP, KEEP), columns, unavailable)
         commit_always(spark, ident, target, before)
     _crash("after-commit", crash_at)
+    phase("merge")
     _expire_tombstones(run)
 
     events.unpersist()
     fitted.unpersist()
-    result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2))
+    result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2), phases=phases)
     return result
 
 

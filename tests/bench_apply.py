@@ -231,7 +231,7 @@ def main() -> None:
         results["a"] = (dt, rss)
         print(
             f"[bench] (a) cdclake Spark apply: {dt:.1f}s, {spark.table(ident).count()} rows, peak RSS {rss:.0f} MiB "
-            f"{json.dumps({k: res[k] for k in ('received', 'applied', 'duplicate', 'superseded', 'late')})}",
+            f"{json.dumps({k: res[k] for k in ('received', 'applied', 'duplicate', 'superseded', 'late', 'phases')})}",
             flush=True,
         )
         spark.stop()
