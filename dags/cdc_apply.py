@@ -22,9 +22,14 @@ Each Spark job drops exact duplicates, keeps the newest event per key, and MERGE
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
 manual re-runs apply nothing twice. `max_active_runs=1`: two applies never race on one table.
 
+Next to each table the job keeps `<table>__changes` (every event with its outcome),
+`<table>__quarantine` (values that do not fit the table, with the reason) and
+`<table>__tombstones` (deleted keys, so late events cannot resurrect them).
+
 **Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
 The task log of each mapped `apply` task ends with a `CDCLAKE_RESULT {...}` line: objects
-consumed, events received / duplicate / superseded, keys merged.
+consumed, events received = applied + duplicate + superseded + late + quarantined, and the
+wall seconds of each phase.
 """
 
 
