@@ -268,3 +268,62 @@ def test_compaction_between_applies_changes_no_result(spark: Any, settings: Sett
     assert not diff(expected_tables(w.batches)["orders"], rows(spark, settings, "orders"))
     (r,) = apply_all(spark, settings)
     assert r["committed"] is False  # the watermark was found behind the compaction snapshots
+
+
+def test_compaction_committing_inside_an_apply_changes_no_result(
+    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Maintenance commits after the apply classified its events against the table but before
+    its MERGE: the MERGE plans against the compacted snapshot and the result is unchanged."""
+    import spark_jobs.apply as job
+
+    w = generate(events=200, seed=41, tables=("orders",), batch_size=50, duplicate_every=0)
+    half = len(w.batches) // 2
+    stage(settings, w.batches[:half])
+    apply_all(spark, settings)
+    stage(settings, w.batches[half:])
+
+    real_merge = job.merge_rows
+    raced = []
+
+    def merge_after_a_compaction(spark_: Any, ident: str, *args: Any, **kwargs: Any) -> None:
+        if not raced and not ident.endswith(job.TOMBSTONES):
+            raced.append(ident)
+            spark_.sql(
+                f"CALL {settings.catalog_name}.system.rewrite_data_files(table => '{settings.namespace}.orders', "
+                "options => map('rewrite-all', 'true'))"
+            ).collect()
+        real_merge(spark_, ident, *args, **kwargs)
+
+    monkeypatch.setattr(job, "merge_rows", merge_after_a_compaction)
+    result = job.apply_with_retries(spark, settings, "orders", 10_000)
+    assert raced and result["attempts"] == 1
+    monkeypatch.undo()
+    assert not diff(expected_tables(w.batches)["orders"], rows(spark, settings, "orders"))
+    changes = spark.table(table_ident(settings, "orders__changes"))
+    assert changes.count() == changes.select("_cdc_source", "_cdc_seq").distinct().count()
+
+
+def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A losing optimistic commit cannot be caused on demand here (the race is inside Iceberg's
+    commit), so its exception is simulated; everything after it is the real retry path."""
+    import spark_jobs.apply as job
+
+    calls: list[int] = []
+
+    def flaky(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: metadata location changed")
+        return {"committed": True}
+
+    monkeypatch.setattr(job, "apply_table", flaky)
+    monkeypatch.setattr(job.time, "sleep", lambda s: None)
+    assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]
+
+    def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise job.AccountingError("received 3 != accounted 2")
+
+    monkeypatch.setattr(job, "apply_table", broken)
+    with pytest.raises(job.AccountingError):
+        job.apply_with_retries(None, None, "t", 1)  # type: ignore[arg-type]
