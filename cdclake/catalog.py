@@ -3,6 +3,7 @@ without starting a JVM. pyiceberg is imported lazily."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from cdclake import staging, watermark
@@ -14,14 +15,15 @@ if TYPE_CHECKING:
 
 
 def open_catalog(settings: Settings) -> SqlCatalog:
+    return _catalog(settings.catalog_name, settings.catalog_url, settings.warehouse)
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(name: str, url: str, warehouse: str) -> SqlCatalog:
+    # One SQLAlchemy engine per catalog and process, not one per call.
     from pyiceberg.catalog.sql import SqlCatalog
 
-    return SqlCatalog(
-        settings.catalog_name,
-        uri=settings.catalog_url,
-        warehouse=settings.warehouse,
-        schema_version="v1",
-    )
+    return SqlCatalog(name, uri=url, warehouse=warehouse, schema_version="v1")
 
 
 def load_table(settings: Settings, table: str) -> Table | None:
@@ -33,9 +35,13 @@ def load_table(settings: Settings, table: str) -> Table | None:
         return None
 
 
-def table_watermark(settings: Settings, table: str) -> watermark.Watermark:
+def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:
+    """The newest watermark in the current snapshot's ancestry (maintenance snapshots carry
+    none, staged write-audit-publish snapshots are not ancestors); None if no such table."""
     t = load_table(settings, table)
-    if t is None or t.current_snapshot() is None:
+    if t is None:
+        return None
+    if t.current_snapshot() is None:
         return watermark.Watermark()
     from pyiceberg.table.snapshots import ancestors_of
 
@@ -51,7 +57,7 @@ def pending_tables(settings: Settings, only: list[str] | None = None) -> dict[st
     for table in store.tables():
         if wanted is not None and table not in wanted:
             continue
-        wm = table_watermark(settings, table)
+        wm = table_watermark(settings, table) or watermark.Watermark()
         n = sum(1 for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
         if n:
             out[table] = n
