@@ -120,9 +120,11 @@ def mark_unavailable(rows: DataFrame) -> DataFrame:
         F.array(*[F.when(F.col(c) == UNAVAILABLE, F.lit(c)) for c in strings]) if strings else F.array(),
         lambda x: x.isNotNull(),
     ).cast("array<string>")
-    replaced = [F.when(F.col(c) == UNAVAILABLE, F.lit(None)).otherwise(F.col(c)).alias(c) for c in strings]
-    others = [c for c in rows.columns if c not in strings]
-    return rows.select(*others, *replaced, keep.alias(KEEP))
+    cols = [
+        F.when(F.col(c) == UNAVAILABLE, F.lit(None)).otherwise(F.col(c)).alias(c) if c in strings else F.col(c)
+        for c in rows.columns
+    ]
+    return rows.select(*cols, keep.alias(KEEP))  # column order kept: it becomes the table's
 
 
 def fill_unavailable(valid: DataFrame, columns: Sequence[str]) -> DataFrame:
