@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from cdclake.reference import diff, expected_tables
+from cdclake.catalog import load_table
+from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
@@ -207,6 +208,10 @@ def test_random_workloads_in_random_runs_match_the_reference(spark: Any, spark_h
         ident = table_ident(settings, table)
         got = table_rows(spark, ident) if spark.catalog.tableExists(ident) else {}
         assert not diff(want, got), (table, diff(want, got)[:3])
+        # The same rows through pyiceberg, the other engine on the shared catalog.
+        t = load_table(settings, table)
+        via_pyiceberg = rows_by_key(t.scan().to_arrow().to_pylist()) if t is not None else {}
+        assert not diff(want, via_pyiceberg), (table, "pyiceberg", diff(want, via_pyiceberg)[:3])
 
 
 def test_unavailable_values_keep_the_stored_value(spark: Any, settings: Settings) -> None:
