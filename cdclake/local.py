@@ -60,6 +60,7 @@ class LocalStack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._log = log or sys.stdout
         self._client: AirflowClient | None = None
+        self._env: dict[str, str] | None = None
 
     # -------------------------------------------------------------- configuration
 
@@ -87,6 +88,12 @@ class LocalStack:
         return path.read_text().strip()
 
     def env(self) -> dict[str, str]:
+        """The environment of every process the stack starts (computed once)."""
+        if self._env is None:
+            self._env = self._make_env()
+        return self._env
+
+    def _make_env(self) -> dict[str, str]:
         s = self.settings
         home = self.airflow_home
         _ = self.password  # make sure the passwords file exists before Airflow reads it

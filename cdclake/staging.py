@@ -135,9 +135,6 @@ class LocalStaging:
                         if name > after and _NAME.match(name):
                             yield ObjectKey(table, name)
 
-    def delete(self, key: ObjectKey) -> None:
-        (self.root / key.path).unlink(missing_ok=True)
-
 
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)

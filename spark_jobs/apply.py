@@ -382,7 +382,7 @@ def apply_table(
 
     phase("list")
     events = normalise(read_staging(spark, [store.uri(k) for k in pending])).cache()
-    events.count()
+    received = events.count()
     phase("read")  # JSON schema inference + parse
     deduped = drop_exact_duplicates(events)
     rows = mark_unavailable(flatten(deduped))
@@ -405,7 +405,7 @@ def apply_table(
     classified = classify(rank_per_key(valid), current, tombstones).localCheckpoint(eager=True)
     phase("classify")
 
-    received, distinct = events.count(), deduped.count()
+    distinct = deduped.count()
     n_quarantined = quarantined.count()
     outcomes = {r[OUTCOME]: r["n"] for r in classified.groupBy(OUTCOME).agg(F.count("*").alias("n")).collect()}
     counts = {
