@@ -24,7 +24,8 @@ RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
 # the stored value must be kept, never overwritten with this string.
 UNAVAILABLE = "__debezium_unavailable_value"
 
-NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+# Spark and Iceberg store these as signed 64-bit longs.
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]
 SourceId = Annotated[str, msgspec.Meta(pattern=SOURCE_PATTERN)]
 RowId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROW_ID_CHARS)]
@@ -43,6 +44,10 @@ class CDCEvent(msgspec.Struct, omit_defaults=True):
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    order: Annotated[list[NonNegative], msgspec.Meta(min_length=1, max_length=4)] | None = None
+    """Composite ordering value where one number is not enough (Debezium/Postgres:
+    ``[commit LSN, LSN]``), compared element by element; absent means ``[sequence]``. Then
+    ``sequence`` only identifies the event (exact duplicates share it)."""
 
 
 class Batch(msgspec.Struct):
@@ -65,6 +70,7 @@ class StagedEvent(msgspec.Struct, omit_defaults=True):
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
+    order: list[int] | None = None
 
 
 class InvalidBatch(ValueError):
@@ -118,6 +124,7 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
             before=ev.before,
             after=ev.after,
             metadata=ev.metadata,
+            order=ev.order,
         )
         out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,33 @@ class Settings:
     max_objects_per_run: int
     max_body_bytes: int
     tombstone_retention_s: int
+    """How long a deleted key's ordering value is kept to stop late events resurrecting it."""
     table_config: Path | None
     """TOML file with per-table partition spec and merge mode (see cdclake.tables)."""
-    """How long a deleted key's ordering value is kept to stop late events resurrecting it."""
+    staging_url: str = ""
+    """``s3://bucket/prefix`` to stage in an S3-compatible store; empty: the local staging_dir."""
+    s3_endpoint: str = ""
+    """Endpoint URL of the S3-compatible store (empty: AWS)."""
+    s3_region: str = "us-east-1"
+    s3_path_style: bool = True
+    s3_access_key: str = ""
+    s3_secret_key: str = field(default="", repr=False)
+    spool_dir: Path = Path()
+    """Local fallback spool: batches land here (durably) while the object store fails."""
+    tokens_file: Path | None = None
+    """TOML file of producer bearer tokens; unset: no authentication (embedded default)."""
+    max_event_bytes: int = 1024 * 1024
+    rate_limit_burst: int = 50
+    """Token bucket per producer: capacity (batches), as the seed's burstCapacity."""
+    rate_limit_per_s: float = 10.0
+    """Token bucket per producer: refill per second, as the seed's refillRate. 0 disables."""
+    max_connections_per_source: int = 5
+    backlog_soft: int = 2_000
+    """Unapplied staging objects past which acks carry suggestedDelayMs."""
+    backlog_hard: int = 10_000
+    """Unapplied staging objects past which batches get 503 / buffer_full."""
+    notify_debounce_ms: int = 1_000
+    """At most one Airflow Asset event per this interval (0 disables notification)."""
 
     @property
     def airflow_url(self) -> str:
@@ -99,6 +123,30 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     return value
 
 
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} must be true or false, got {raw!r}")
+
+
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Read settings: keyword arguments over ``CDCLAKE_*`` variables over defaults."""
     e = os.environ if env is None else env
@@ -126,6 +174,21 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         max_body_bytes=_int(e, "CDCLAKE_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024),
         tombstone_retention_s=_int(e, "CDCLAKE_TOMBSTONE_RETENTION_S", 7 * 24 * 3600, 0),
         table_config=Path(e["CDCLAKE_TABLE_CONFIG"]).resolve() if e.get("CDCLAKE_TABLE_CONFIG") else None,
+        staging_url=s("STAGING_URL", ""),
+        s3_endpoint=s("S3_ENDPOINT", ""),
+        s3_region=s("S3_REGION", "us-east-1"),
+        s3_path_style=_bool(e, "CDCLAKE_S3_PATH_STYLE", True),
+        s3_access_key=s("S3_ACCESS_KEY", ""),
+        s3_secret_key=s("S3_SECRET_KEY", ""),
+        spool_dir=Path(s("SPOOL_DIR", str(home / "spool"))).resolve(),
+        tokens_file=Path(e["CDCLAKE_TOKENS_FILE"]).resolve() if e.get("CDCLAKE_TOKENS_FILE") else None,
+        max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
+        rate_limit_burst=_int(e, "CDCLAKE_RATE_LIMIT_BURST", 50, 1),
+        rate_limit_per_s=_float(e, "CDCLAKE_RATE_LIMIT_PER_S", 10.0),
+        max_connections_per_source=_int(e, "CDCLAKE_MAX_CONNECTIONS_PER_SOURCE", 5, 1),
+        backlog_soft=_int(e, "CDCLAKE_BACKLOG_SOFT", 2_000, 1),
+        backlog_hard=_int(e, "CDCLAKE_BACKLOG_HARD", 10_000, 1),
+        notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
     )
     unknown = set(overrides) - set(values)
     if unknown:
@@ -135,4 +198,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         if not str(values[name]).isidentifier():
             raise SettingsError(f"CDCLAKE_{name.upper()} must be an identifier, got {values[name]!r}")
     jdbc_url(values["catalog_url"])  # fail early, naming the variable
+    url = str(values["staging_url"])
+    if url and not (url.startswith("s3://") and len(url) > len("s3://")):
+        raise SettingsError(f"CDCLAKE_STAGING_URL must be s3://bucket[/prefix] or empty, got {url!r}")
+    if values["backlog_hard"] < values["backlog_soft"]:
+        raise SettingsError("CDCLAKE_BACKLOG_HARD must be >= CDCLAKE_BACKLOG_SOFT")
     return Settings(**values)

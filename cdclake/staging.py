@@ -13,6 +13,7 @@ assume listings are complete up to "now".
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import time
@@ -21,6 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from cdclake.settings import Settings
 
 SUFFIX = ".ndjson"
 _NAME = re.compile(
@@ -81,6 +86,70 @@ def horizon(ms: int) -> str:
     return _prefix(ms)
 
 
+# --------------------------------------------------------------------------- receipts
+# A receipt records that batch (source, sequenceNumber) landed and under which object keys. It is
+# created with an exclusive create BEFORE the data objects are written (a claim), so a second
+# landing of the same batch, by a retry, a restarted receiver or another replica sharing the
+# store, finds it and acks ``duplicate`` instead of landing the events again. A claim whose owner
+# died before writing all objects is taken over under the next generation number.
+# The folder starts with a dot, so it is never mistaken for a table (table names cannot).
+RECEIPTS = ".receipts"
+_RECEIPT = re.compile(r"^(?P<seq>\d{20})\.(?P<gen>\d{3})\.json$")
+
+
+def receipt_prefix(source: str) -> str:
+    return f"{RECEIPTS}/{source}/"
+
+
+def receipt_path(source: str, batch_sequence: int, generation: int = 0) -> str:
+    return f"{receipt_prefix(source)}{batch_sequence:020d}.{generation:03d}.json"
+
+
+def parse_receipt_name(name: str) -> tuple[int, int] | None:
+    """``(batch_sequence, generation)`` of a receipt's file name (no folder), or None."""
+    m = _RECEIPT.match(name)
+    return (int(m["seq"]), int(m["gen"])) if m else None
+
+
+class Store(Protocol):
+    """Where staging objects and receipts live: :class:`LocalStaging` or ``cdclake.s3staging``.
+
+    Paths are relative to the store's root and use ``/``. ``put`` and ``put_if_absent`` return
+    only once the data is durable.
+    """
+
+    def uri(self, key: ObjectKey) -> str: ...
+    def put(self, key: ObjectKey, data: bytes) -> None: ...
+    def get(self, key: ObjectKey) -> bytes: ...
+    def tables(self) -> builtins.list[str]: ...
+    def list(self, table: str, after: str = "") -> Iterator[ObjectKey]: ...
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` durably unless it exists; False (and nothing written) if it does."""
+        ...
+
+    def read(self, path: str) -> bytes | None:
+        """Content of ``path``, or None if it does not exist."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+    def list_names(self, prefix: str) -> builtins.list[str]:
+        """Names (not paths) of the objects directly under folder ``prefix`` (ends with ``/``), sorted."""
+        ...
+
+    def check(self) -> None:
+        """Raise if the store cannot be reached (readiness)."""
+        ...
+
+
+def open_store(settings: Settings) -> Store:
+    """The configured store. The S3 backend (boto3) is imported only when it is configured."""
+    if settings.staging_url.startswith("s3://"):
+        from cdclake.s3staging import S3Staging
+
+        return S3Staging.from_settings(settings)
+    return LocalStaging(settings.staging_dir)
+
+
 class LocalStaging:
     """Staging objects in a local folder. Writes are durable before :meth:`put` returns."""
 
@@ -95,14 +164,7 @@ class LocalStaging:
         final = self.root / key.path
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_durably(tmp, data)
         os.rename(tmp, final)
         _fsync_dir(final.parent)
         # The hour and day folders may be new too; their entries must survive a crash as well.
@@ -111,6 +173,42 @@ class LocalStaging:
 
     def get(self, key: ObjectKey) -> bytes:
         return (self.root / key.path).read_bytes()
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        final = self.root / path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
+        _write_durably(tmp, data)
+        try:
+            # link() fails if the target exists: an atomic, exclusive create of complete content.
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        _fsync_dir(final.parent)
+        _fsync_dir(final.parent.parent)
+        return True
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return (self.root / path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return (self.root / path).is_file()
+
+    def list_names(self, prefix: str) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self.root / prefix) if not n.startswith(".tmp-"))
+        except FileNotFoundError:
+            return []
+
+    def check(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.root, os.W_OK):
+            raise OSError(f"staging folder {self.root} is not writable")
 
     def tables(self) -> list[str]:
         if not self.root.is_dir():
@@ -134,6 +232,17 @@ class LocalStaging:
                         name = f"{day}/{hour}/{f}"
                         if name > after and _NAME.match(name):
                             yield ObjectKey(table, name)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
