@@ -49,9 +49,11 @@ def table_watermark(settings: Settings, table: str) -> watermark.Watermark | Non
     return watermark.from_summaries(dict(s.summary.additional_properties) if s.summary else None for s in snaps)
 
 
-def pending_tables(settings: Settings, only: list[str] | None = None) -> dict[str, int]:
+def pending_tables(
+    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+) -> dict[str, int]:
     """Tables with staging objects not yet consumed, and how many."""
-    store = staging.LocalStaging(settings.staging_dir)
+    store = store or staging.open_store(settings)
     wanted = {t.lower() for t in only} if only else None
     out: dict[str, int] = {}
     for table in store.tables():

@@ -7,7 +7,7 @@ is a JSON path such as ``$.events[3].sequence`` and whose ``message`` says what 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -83,15 +83,16 @@ class InvalidBatch(ValueError):
         return {"error": "invalid_format", "field": self.field, "message": self.message}
 
 
+T = TypeVar("T")
 _decoder = msgspec.json.Decoder(Batch)
 _encoder = msgspec.json.Encoder()
 _AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]*)`$", re.S)
 
 
-def decode_batch(body: bytes) -> Batch:
-    """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
+def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode with ``decoder``; raises :class:`InvalidBatch` naming the field."""
     try:
-        batch = _decoder.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         m = _AT.match(str(exc))
         if m:
@@ -102,11 +103,21 @@ def decode_batch(body: bytes) -> Batch:
         raise InvalidBatch("$", str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidBatch("$", f"malformed JSON: {exc}") from None
-    for i, ev in enumerate(batch.events):
+
+
+def check_events(evs: list[CDCEvent], path: str = "$.events") -> None:
+    """The rules a type cannot say: reserved table names, an after-image unless DELETE."""
+    for i, ev in enumerate(evs):
         if ev.table.lower().endswith(RESERVED_SUFFIXES):
-            raise InvalidBatch(f"$.events[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
         if ev.operation != "DELETE" and ev.after is None:
-            raise InvalidBatch(f"$.events[{i}].after", f"required for {ev.operation}")
+            raise InvalidBatch(f"{path}[{i}].after", f"required for {ev.operation}")
+
+
+def decode_batch(body: bytes) -> Batch:
+    """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
+    batch = typed_decode(_decoder, body)
+    check_events(batch.events)
     return batch
 
 

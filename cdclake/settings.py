@@ -70,6 +70,9 @@ class Settings:
     """Unapplied staging objects past which batches get 503 / buffer_full."""
     notify_debounce_ms: int = 1_000
     """At most one Airflow Asset event per this interval (0 disables notification)."""
+    airflow_user: str = "admin"
+    airflow_password: str = field(default="", repr=False)
+    """Credentials the receiver uses for Airflow's REST API; empty password: no notification."""
 
     @property
     def airflow_url(self) -> str:
@@ -189,6 +192,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         backlog_soft=_int(e, "CDCLAKE_BACKLOG_SOFT", 2_000, 1),
         backlog_hard=_int(e, "CDCLAKE_BACKLOG_HARD", 10_000, 1),
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
+        airflow_user=s("AIRFLOW_USER", "admin"),
+        airflow_password=s("AIRFLOW_PASSWORD", ""),
     )
     unknown = set(overrides) - set(values)
     if unknown:

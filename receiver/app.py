@@ -1,95 +1,224 @@
 """Starlette application factory: ``create_app(settings)``.
 
-POST /v1/batches  one seed-format batch (JSON) -> one durable staging object per (batch, table),
-                  then the ack. Invalid input -> 400 naming the field; nothing lands.
-GET  /health      liveness plus where batches land.
+POST /v1/batches        a batch: seed JSON, NDJSON events (batch fields in headers/query), or
+                        Debezium change event(s); gzip/zstd bodies. Ack once durable.
+POST /v1/debezium       Debezium Server's HTTP sink: one change event or an array.
+WS   /v1/stream         the seed's streaming protocol (connect, cdc_batch, heartbeat, flush_request).
+GET  /v1/sources/{id}   where a producer stands (lastAckSequence), for resumption over HTTP.
+GET  /health /ready /status /metrics /openapi.json, POST /flush (run cdc_apply now).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
 
-from cdclake import events, staging
+from cdclake import staging
 from cdclake.settings import Settings
-from receiver.protocol import ack, nack
+from receiver import auth, decode, landing, openapi, stream
+from receiver.backlog import Backlog
+from receiver.metrics import Metrics
+from receiver.notify import Notifier
+from receiver.service import Answer, Service, describe_metrics, refusal
+
+DRAIN_EVERY_S = 1.0
+BACKLOG_EVERY_S = 5.0
 
 
-class BodyTooLarge(Exception):
-    pass
+def answer_response(a: Answer) -> JSONResponse:
+    return JSONResponse(a.body, status_code=a.status, headers=a.headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refusing early (before reading it all) once it passes ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
+def batch_params(request: Request) -> dict[str, str]:
+    """NDJSON batch fields: ``X-CDC-Source`` / ``X-CDC-Sequence-Number`` headers or the query."""
+    q = request.query_params
+    h = request.headers
+    out = {}
+    for name, header in (("source", "x-cdc-source"), ("sequenceNumber", "x-cdc-sequence-number")):
+        value = h.get(header) or q.get(name)
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def create_app(settings: Settings) -> Starlette:
+    tokens = auth.Tokens.load(settings.tokens_file) if settings.tokens_file else None
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        settings.staging_dir.mkdir(parents=True, exist_ok=True)
-        yield {"store": staging.LocalStaging(settings.staging_dir)}
+        store = staging.open_store(settings)
+        # A local store is its own durability; a spool on the same disk would add nothing.
+        spool = landing.Spool(settings.spool_dir) if settings.staging_url else None
+        lander = landing.Lander(store, spool)
+        metrics = Metrics()
+        describe_metrics(metrics)
+        backlog = Backlog(settings, store)
+        notifier = Notifier(settings, metrics)
+        service = Service(settings, lander, backlog, metrics, tokens, notifier.landed)
+        app.state.service = service  # for the server's shutdown hook (receiver.__main__)
+        state = {"service": service, "notifier": notifier, "started": time.time()}
 
-    async def post_batch(request: Request) -> JSONResponse:
-        store: staging.LocalStaging = request.state.store
+        async def every(seconds: float, fn: Callable[[], Any]) -> None:
+            while True:
+                with contextlib.suppress(Exception):
+                    await anyio.to_thread.run_sync(fn)
+                await anyio.sleep(seconds)
+
+        def drain() -> None:
+            if spool is not None:
+                lander.drain()
+                metrics.set("cdclake_receiver_spool_batches", spool.count())
+
+        def refresh() -> None:
+            backlog.refresh()
+            for table, n in backlog.per_table.items():
+                metrics.set("cdclake_receiver_backlog_objects", n, table=table)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(every, BACKLOG_EVERY_S, refresh)
+            if spool is not None:
+                tg.start_soon(every, DRAIN_EVERY_S, drain)
+            if notifier.enabled:
+                tg.start_soon(notifier.run)
+            try:
+                yield state
+            finally:
+                # Stop taking batches, let the ones being landed finish, then stop the loops.
+                service.shutting_down = True
+                await anyio.to_thread.run_sync(service.idle.wait, 30.0)
+                tg.cancel_scope.cancel()
+                notifier.close()
+
+    def service_of(request: Request) -> Service:
+        svc: Service = request.state.service
+        return svc
+
+    async def ingest(request: Request, parse: Callable[[bytes, str | None], decode.Decoded]) -> Response:
+        svc = service_of(request)
+        who = svc.authenticate(request.headers.get("authorization"))
+        if isinstance(who, decode.Rejected):
+            return answer_response(refusal(who))
         try:
-            body = await read_body(request, settings.max_body_bytes)
-        except BodyTooLarge:
-            return JSONResponse(
-                nack(
-                    "payload_too_large",
-                    f"request body exceeds {settings.max_body_bytes} bytes (CDCLAKE_MAX_BODY_BYTES)",
-                    maxSize=settings.max_body_bytes,
-                ),
-                status_code=413,
+            raw = await decode.read_limited(
+                request.stream(), request.headers.get("content-length"), settings.max_body_bytes
             )
-        try:
-            batch = events.decode_batch(body)
-        except events.InvalidBatch as exc:
-            return JSONResponse(
-                {**nack("invalid_format", str(exc)), "field": exc.field, "message": exc.message},
-                status_code=400,
-            )
-        landed_ms = int(time.time() * 1000)
-        objects = events.stage_lines(batch)
-        keys = [staging.make_key(t, batch.source, batch.sequenceNumber, landed_ms) for t in objects]
-        # fsync blocks: keep it off the event loop. The ack is sent only after every put returned.
-        for key in keys:
-            await anyio.to_thread.run_sync(store.put, key, objects[key.table])
-        return JSONResponse(
-            ack(
-                batch.sequenceNumber,
-                "persisted",
-                eventsProcessed=len(batch.events),
-                persistedPath=[store.uri(k) for k in keys],
-            )
+        except decode.Rejected as exc:
+            return answer_response(refusal(exc))
+        encoding = request.headers.get("content-encoding")
+        producer_id = who.id if who is not None else None
+
+        def build() -> decode.Decoded:
+            return parse(decode.decompress(raw, encoding, settings.max_body_bytes), producer_id)
+
+        return answer_response(await svc.submit(build, who, "http", len(raw)))
+
+    async def post_batch(request: Request) -> Response:
+        ctype = request.headers.get("content-type", "")
+        params = batch_params(request)
+        return await ingest(
+            request, lambda body, pid: decode.decode_body(body, ctype, params, settings.max_event_bytes, pid)
         )
 
-    async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "staging": str(settings.staging_dir)})
+    async def post_debezium(request: Request) -> Response:
+        return await ingest(request, lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid))
+
+    async def get_source(request: Request) -> Response:
+        svc = service_of(request)
+        source = request.path_params["source"]
+        who = svc.authenticate(request.headers.get("authorization"))
+        if isinstance(who, decode.Rejected):
+            return answer_response(refusal(who))
+        if who is not None and who.id != source:
+            return answer_response(
+                refusal(decode.Rejected(403, "invalid_format", f"this token is {who.id!r}'s", "source"))
+            )
+        try:
+            last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
+        except Exception as exc:
+            return JSONResponse({"error": "storage_unavailable", "message": str(exc)}, status_code=503)
+        return JSONResponse({"source": source, "lastAckSequence": last})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(request: Request) -> Response:
+        svc = service_of(request)
+        if svc.shutting_down:
+            return JSONResponse({"status": "shutting_down"}, status_code=503)
+        try:
+            await anyio.to_thread.run_sync(svc.lander.store.check)
+        except Exception as exc:
+            fallback = svc.lander.spool is not None
+            return JSONResponse(
+                {"status": "degraded" if fallback else "unavailable", "storage": f"{type(exc).__name__}: {exc}"},
+                status_code=200 if fallback else 503,
+            )
+        return JSONResponse({"status": "ready"})
+
+    async def status(request: Request) -> Response:
+        svc = service_of(request)
+        notifier: Notifier = request.state.notifier
+        return JSONResponse(
+            {
+                "state": "shutting_down" if svc.shutting_down else ("receiving" if svc.in_flight else "idle"),
+                "staging": settings.staging_url or str(settings.staging_dir),
+                "backlog": {
+                    "objects": svc.backlog.total,
+                    "perTable": svc.backlog.per_table,
+                    "error": svc.backlog.error,
+                },
+                "bufferUtilization": svc.backlog.utilization,
+                "spool": svc.lander.spool.count() if svc.lander.spool else None,
+                "circuitBreakerState": svc.lander.breaker,
+                "connectedSources": sorted(stream.connected(svc)),
+                "inFlight": svc.in_flight,
+                "lastLandingTime": svc.lander.last_landing_ms,
+                "airflowNotify": {"enabled": notifier.enabled, "sent": notifier.sent, "lastError": notifier.last_error},
+                "uptimeS": round(time.time() - request.state.started, 1),
+            }
+        )
+
+    async def metrics(request: Request) -> Response:
+        svc = service_of(request)
+        svc.metrics.set("cdclake_receiver_connections", sum(stream.connected(svc).values()))
+        return PlainTextResponse(svc.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def flush(request: Request) -> Response:
+        svc = service_of(request)
+        who = svc.authenticate(request.headers.get("authorization"))
+        if isinstance(who, decode.Rejected):
+            return answer_response(refusal(who))
+        notifier: Notifier = request.state.notifier
+        try:
+            run_id = await anyio.to_thread.run_sync(notifier.trigger_apply)
+        except Exception as exc:
+            return JSONResponse({"status": "failed", "message": f"could not trigger cdc_apply: {exc}"}, status_code=502)
+        return JSONResponse({"status": "triggered", "dag_id": "cdc_apply", "dag_run_id": run_id}, status_code=202)
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi.document(settings))
 
     return Starlette(
         routes=[
             Route("/v1/batches", post_batch, methods=["POST"]),
+            Route("/v1/debezium", post_debezium, methods=["POST"]),
+            Route("/v1/sources/{source}", get_source, methods=["GET"]),
+            WebSocketRoute("/v1/stream", stream.endpoint(settings)),
             Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
+            Route("/status", status, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/flush", flush, methods=["POST"]),
+            Route("/openapi.json", openapi_json, methods=["GET"]),
         ],
         lifespan=lifespan,
     )

@@ -1,19 +1,50 @@
-"""Ack and nack bodies, shaped like the seed protocol's AckMessage / NackMessage."""
+"""The seed's wire protocol: ack / nack / status bodies, and the WebSocket client messages.
+
+Client messages are decoded typed (msgspec), so a bad one is refused with the JSON path of the
+field at fault, like HTTP batches.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from cdclake.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
+
+PROTOCOL_VERSION = 1
+
+NACK_REASONS = (
+    "buffer_full",
+    "rate_limited",
+    "invalid_sequence",
+    "invalid_format",
+    "internal_error",
+    "shutting_down",
+    "payload_too_large",
+    "event_too_large",
+    "load_shedding",
+    "connection_limit",
+)
+ACK_STATUSES = ("ok", "persisted", "duplicate", "fallback")
 
 
-def ack(sequence_number: int, status: str, **details: Any) -> dict[str, Any]:
-    return {
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def ack(sequence_number: int, status: str, correlation_id: str | None = None, **details: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "type": "ack",
-        "timestamp": int(time.time() * 1000),
+        "timestamp": now_ms(),
         "sequenceNumber": sequence_number,
         "status": status,
-        "details": details,
+        "details": {k: v for k, v in details.items() if v is not None},
     }
+    if correlation_id is not None:
+        body["correlationId"] = correlation_id
+    return body
 
 
 def nack(
@@ -22,14 +53,115 @@ def nack(
     *,
     sequence_number: int | None = None,
     should_retry: bool = False,
+    correlation_id: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    return {
+    body: dict[str, Any] = {
         "type": "nack",
-        "timestamp": int(time.time() * 1000),
+        "timestamp": now_ms(),
         "sequenceNumber": sequence_number,
         "reason": reason,
         "errorMessage": message,
         "shouldRetry": should_retry,
-        **extra,
+        **{k: v for k, v in extra.items() if v is not None},
     }
+    if correlation_id is not None:
+        body["correlationId"] = correlation_id
+    return body
+
+
+# --------------------------------------------------------------------------- client messages
+
+Capped = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class Capabilities(msgspec.Struct):
+    binaryProtocol: bool = False
+    compression: bool = False
+    batching: bool = True
+    maxBatchSize: Capped = 1000
+    maxMessageSize: Capped = 4 * 1024 * 1024
+
+
+class Connect(msgspec.Struct, tag="connect", tag_field="type"):
+    sourceDoId: SourceId
+    protocolVersion: Annotated[int, msgspec.Meta(ge=1)] = PROTOCOL_VERSION
+    lastAckSequence: NonNegative | None = None
+    timestamp: Capped | None = None
+    correlationId: str | None = None
+    sourceShardName: str | None = None
+    capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+
+
+class CDCBatchMessage(msgspec.Struct, tag="cdc_batch", tag_field="type"):
+    sourceDoId: SourceId
+    sequenceNumber: NonNegative
+    events: Annotated[list[CDCEvent], msgspec.Meta(min_length=1, max_length=100_000)]
+    timestamp: Capped | None = None
+    correlationId: str | None = None
+    sourceShardName: str | None = None
+    firstEventSequence: Capped | None = None
+    lastEventSequence: Capped | None = None
+    sizeBytes: Capped | None = None
+    isRetry: bool = False
+    retryCount: Capped = 0
+
+
+class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type"):
+    sourceDoId: SourceId | None = None
+    timestamp: Capped | None = None
+    lastAckSequence: NonNegative | None = None
+    pendingEvents: Capped | None = None
+
+
+class FlushRequest(msgspec.Struct, tag="flush_request", tag_field="type"):
+    sourceDoId: SourceId | None = None
+    timestamp: Capped | None = None
+    reason: Literal["manual", "shutdown", "buffer_full", "time_threshold"] = "manual"
+
+
+ClientMessage = Connect | CDCBatchMessage | Heartbeat | FlushRequest
+_client: msgspec.json.Decoder[ClientMessage] = msgspec.json.Decoder(ClientMessage)
+
+
+def decode_client_message(data: bytes) -> ClientMessage:
+    """One client frame; :class:`InvalidBatch` names the bad field (``$.type`` for unknown types)."""
+    msg = typed_decode(_client, data)
+    if isinstance(msg, CDCBatchMessage):
+        check_events(msg.events)
+    return msg
+
+
+class _Peek(msgspec.Struct):
+    sequenceNumber: Any = None
+    correlationId: Any = None
+
+
+_peek = msgspec.json.Decoder(_Peek)
+
+
+def peek_ids(data: bytes) -> tuple[int | None, str | None]:
+    """Best-effort sequenceNumber / correlationId of a frame that failed validation, for the nack."""
+    try:
+        p = _peek.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, None
+    seq = p.sequenceNumber if isinstance(p.sequenceNumber, int) and not isinstance(p.sequenceNumber, bool) else None
+    cid = p.correlationId if isinstance(p.correlationId, str) else None
+    return seq, cid
+
+
+__all__ = [
+    "ACK_STATUSES",
+    "NACK_REASONS",
+    "CDCBatchMessage",
+    "ClientMessage",
+    "Connect",
+    "FlushRequest",
+    "Heartbeat",
+    "InvalidBatch",
+    "ack",
+    "decode_client_message",
+    "nack",
+    "peek_ids",
+]

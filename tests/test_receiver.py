@@ -99,7 +99,7 @@ def test_oversized_body_is_refused_with_413_and_the_limit(client: Any) -> None:
 
 def test_not_json_is_400(client: Any) -> None:
     r = client.post("/v1/batches", content=gzip.compress(b"{}"))
-    assert r.status_code == 400 and "malformed JSON" in r.json()["message"]
+    assert r.status_code == 400 and "malformed JSON" in r.json()["errorMessage"]
 
 
 def test_health(client: Any) -> None:

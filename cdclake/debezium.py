@@ -1,0 +1,468 @@
+"""Debezium JSON change events -> the project's batch contract (:class:`cdclake.events.Batch`).
+
+Accepted input (already parsed JSON):
+
+* one event in the full envelope, ``{"schema": ..., "payload": {"op": ..., ...}}`` (the schema is
+  ignored), or flattened (``value.converter.schemas.enable=false``):
+  ``{"before": ..., "after": ..., "source": {...}, "op": "c", "ts_ms": ...}``;
+* a list of such events, in either form or mixed (what Debezium Server's HTTP sink can post).
+
+Tombstones (``null``, or an envelope whose payload is ``null``; Debezium sends one after each
+delete for Kafka log compaction) are skipped. A post holding nothing but tombstones raises
+:class:`OnlyTombstones` (an :class:`~cdclake.events.InvalidBatch` at ``$``), so a caller that
+wants to acknowledge such posts instead of refusing them can catch that subclass.
+
+Anything malformed raises :class:`~cdclake.events.InvalidBatch` whose ``field`` is the JSON path
+of the offending input field: ``$.payload.op`` for one enveloped event, ``$[3].source.table`` for
+the fourth (flattened) event of a list.
+
+Rules:
+
+Operation
+    ``c`` and ``r`` (snapshot read) -> INSERT, ``u`` -> UPDATE, ``d`` -> DELETE. ``t`` (truncate)
+    and ``m`` (logical decoding message) are refused as unsupported (Postgres skips truncates by
+    default: ``skipped.operations=t``).
+
+Table
+    ``source.table`` as is (the staging layer lower-cases); it must match
+    :data:`~cdclake.events.TABLE_PATTERN`. ``source.schema``/``source.db`` go to metadata only,
+    so ``public.users`` and ``audit.users`` of one connector land in the same table.
+
+Row key (``rowId``)
+    Debezium's value envelope does not carry the record key, so the key is read from the row
+    image: ``after`` for c/r/u, ``before`` for d (with the default ``REPLICA IDENTITY`` Postgres
+    puts the primary-key columns in a delete's ``before``). The key columns are ``key_columns``:
+    a sequence of column names for every table, or a mapping ``table -> columns`` (tables not
+    in it use ``("id",)``); default ``("id",)``. One key column: a string value is used as is,
+    any other value JSON-encoded (``42`` -> ``"42"``). Several: the JSON array of the values
+    (``[42,"eu"]``), which cannot be ambiguous. A missing or null key column is refused at its
+    path (``$.payload.after.id``).
+
+Ordering (``order``, compared element by element)
+    * Postgres (``source.connector == "postgresql"``): ``source.sequence`` is a JSON string
+      ``["<last commit LSN>", "<LSN>"]`` (strings or nulls; null -> 0), giving
+      ``[last commit LSN, LSN]``. Transactions are streamed in commit order and each event
+      carries the commit LSN of the transaction streamed before it, so this orders events by
+      commit even when a later-committed transaction wrote at lower LSNs, and by LSN within a
+      transaction. Without ``sequence`` (Debezium < 1.3): ``[source.lsn]``.
+    * MySQL/MariaDB: ``[binlog file index, source.pos, source.row]``, the index being the digits
+      that end ``source.file`` (``mysql-bin.000003`` -> 3); ``row`` absent -> 0.
+    * Otherwise (or when those fields are absent): ``[source.ts_ms]`` (fallback payload ``ts_ms``),
+      followed by ``transaction.total_order`` when a transaction block gives it.
+    Every element must be an integer in ``[0, 2**63 - 1]``.
+
+Event identity (``sequence``)
+    A 63-bit BLAKE2b hash of ``(table, rowId, op letter, order)``, so the same change redelivered
+    by Debezium (at-least-once) gets the same ``sequence`` and is dropped as an exact duplicate
+    by the apply step. Snapshot reads share one LSN, and a primary-key change is a ``d`` of the
+    old key plus a ``c`` of the new one at the same LSN: the table and key keep them distinct.
+    When ``order`` is only a timestamp (no log position), the row images are hashed too, so two
+    different changes of one row in the same millisecond are not mistaken for duplicates.
+
+Timestamp
+    Payload ``ts_ms``, else ``source.ts_ms``; milliseconds.
+
+Images and metadata
+    ``before``/``after`` are passed through unchanged, including Debezium's
+    ``__debezium_unavailable_value`` placeholder (in whatever form it comes: the apply step keeps
+    the stored value for it). Metadata: ``connector``, ``db``, ``schema``, ``txId``
+    (``transaction.id``, else ``source.txId``), ``lsn`` (Postgres), ``op`` (the Debezium letter); absent
+    ones omitted.
+
+Batch
+    ``source`` is the ``producer`` argument, else ``source.name`` (the connector's topic prefix;
+    every event of the post must then have the same one), with characters outside
+    ``[A-Za-z0-9._-]`` replaced by ``-`` and leading non-alphanumerics dropped.
+    ``sequenceNumber``: Debezium does not number its posts, so it is a 63-bit BLAKE2b hash of the
+    ordered list of the events' ``sequence`` values. A redelivered identical post maps to the same
+    number (the receiver acks it as a duplicate); a post regrouped differently gets another
+    number, and its events are still dropped one by one as exact duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from cdclake import events
+from cdclake.events import CDCEvent, InvalidBatch, Operation
+
+__all__ = ["DEFAULT_KEY_COLUMNS", "OnlyTombstones", "looks_like_debezium", "to_batch"]
+
+DEFAULT_KEY_COLUMNS: tuple[str, ...] = ("id",)
+MAX_LONG = 2**63 - 1
+
+OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE", "d": "DELETE"}
+UNSUPPORTED = {"t": "truncate", "m": "message"}
+
+_TABLE = re.compile(events.TABLE_PATTERN)
+_SOURCE_BAD = re.compile(r"[^A-Za-z0-9._-]")
+_DIGITS = re.compile(r"^[0-9]+$")
+_FILE_INDEX = re.compile(r"([0-9]+)$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_hash_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+class OnlyTombstones(InvalidBatch):
+    """The input held no change event, only tombstones (or nothing)."""
+
+
+# ----------------------------------------------------------------------------- detection
+
+
+def _is_event(obj: Any) -> bool:
+    if not isinstance(obj, dict) or "events" in obj:
+        return False
+    if "payload" in obj:
+        payload = obj["payload"]
+        if payload is None:  # an enveloped tombstone
+            return "schema" in obj
+        return isinstance(payload, dict) and ("schema" in obj or "op" in payload or "source" in payload)
+    return "op" in obj or (isinstance(obj.get("source"), dict) and ("before" in obj or "after" in obj))
+
+
+def looks_like_debezium(obj: Any) -> bool:
+    """Whether ``obj`` (parsed JSON) is Debezium change data rather than one of our batches.
+
+    True for one event in either form, or a non-empty list of events and tombstones (nulls) whose
+    first event looks like one; detection is structural, so a malformed event still routes to
+    :func:`to_batch` and gets a precise error. Our own batch (``source`` a string, ``events``)
+    is never Debezium.
+    """
+    if isinstance(obj, dict):
+        return _is_event(obj)
+    if isinstance(obj, list) and obj and all(x is None or isinstance(x, dict) for x in obj):
+        first = next((x for x in obj if x is not None), None)
+        return first is None or _is_event(first)
+    return False
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _sub(path: str, name: str) -> str:
+    return f"{path}.{name}" if _IDENT.match(name) else f"{path}[{json.dumps(name)}]"
+
+
+def _long(value: Any, path: str, what: str = "an integer") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidBatch(path, f"expected {what}, got {_kind(value)}")
+    if not 0 <= value <= MAX_LONG:
+        raise InvalidBatch(path, f"expected {what} in [0, 2**63-1], got {value}")
+    return value
+
+
+def _opt_str(obj: Mapping[str, Any], name: str, path: str) -> str | None:
+    value = obj.get(name)
+    if value is not None:
+        if not isinstance(value, str):
+            raise InvalidBatch(_sub(path, name), f"expected a string, got {_kind(value)}")
+        _json_ok(value, _sub(path, name))
+    return value
+
+
+def _json_ok(value: Any, path: str) -> bytes:
+    """The deterministic JSON encoding of ``value``; InvalidBatch if it is not JSON data."""
+    try:
+        return _hash_encoder.encode(value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise InvalidBatch(path, f"not encodable as JSON: {exc}") from None
+
+
+def _hash63(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & MAX_LONG
+
+
+def _sanitise_source(name: str) -> str:
+    return _SOURCE_BAD.sub("-", name).lstrip("._-")[:128]
+
+
+def _columns_for(key_columns: Sequence[str] | Mapping[str, Sequence[str]], table: str) -> tuple[str, ...]:
+    if isinstance(key_columns, str):
+        cols: Sequence[str] = (key_columns,)
+    elif isinstance(key_columns, Mapping):
+        cols = key_columns.get(table, DEFAULT_KEY_COLUMNS)
+        cols = (cols,) if isinstance(cols, str) else cols
+    else:
+        cols = key_columns
+    if not cols:
+        raise ValueError(f"no key columns for table {table!r}")
+    return tuple(cols)
+
+
+# ----------------------------------------------------------------------------- per event
+
+
+def _row_id(image: Mapping[str, Any], image_path: str, columns: tuple[str, ...]) -> str:
+    values = []
+    for col in columns:
+        path = _sub(image_path, col)
+        if col not in image:
+            raise InvalidBatch(path, f"key column {col!r} missing from the row image")
+        value = image[col]
+        if value is None:
+            raise InvalidBatch(path, f"key column {col!r} is null")
+        if value == events.UNAVAILABLE:
+            raise InvalidBatch(path, f"key column {col!r} is unavailable ({events.UNAVAILABLE})")
+        values.append(value)
+    if len(values) == 1 and isinstance(values[0], str):
+        rid = values[0]
+    else:
+        where = _sub(image_path, columns[0]) if len(columns) == 1 else image_path
+        rid = _json_ok(values[0] if len(values) == 1 else values, where).decode()
+    if not 1 <= len(rid) <= events.MAX_ROW_ID_CHARS:
+        where = _sub(image_path, columns[0]) if len(columns) == 1 else image_path
+        raise InvalidBatch(where, f"row key must be 1..{events.MAX_ROW_ID_CHARS} characters, got {len(rid)}")
+    return rid
+
+
+def _pg_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
+    seq = source.get("sequence")
+    if seq is not None:
+        path = _sub(spath, "sequence")
+        if not isinstance(seq, str):
+            raise InvalidBatch(path, f"expected a JSON string holding [commit LSN, LSN], got {_kind(seq)}")
+        try:
+            pair = json.loads(seq)
+        except (ValueError, RecursionError):
+            raise InvalidBatch(path, f"not a JSON array: {seq[:100]!r}") from None
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise InvalidBatch(path, f"expected a 2-element array [commit LSN, LSN], got {seq[:100]!r}")
+        order = []
+        for part in pair:
+            if part is None:
+                order.append(0)
+            elif isinstance(part, str) and _DIGITS.match(part) and int(part) <= MAX_LONG:
+                order.append(int(part))
+            elif isinstance(part, int) and not isinstance(part, bool) and 0 <= part <= MAX_LONG:
+                order.append(part)
+            else:
+                raise InvalidBatch(path, f"LSNs must be decimal strings in [0, 2**63-1] or null, got {seq[:100]!r}")
+        return order
+    if source.get("lsn") is not None:
+        return [_long(source["lsn"], _sub(spath, "lsn"), "an LSN")]
+    return None
+
+
+def _mysql_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
+    file, pos = source.get("file"), source.get("pos")
+    if file is None or pos is None:
+        return None
+    if not isinstance(file, str):
+        raise InvalidBatch(_sub(spath, "file"), f"expected a binlog file name, got {_kind(file)}")
+    m = _FILE_INDEX.search(file)
+    if not m or int(m[1]) > MAX_LONG:
+        raise InvalidBatch(_sub(spath, "file"), f"binlog file name must end in its index: {file[:100]!r}")
+    row = source.get("row")
+    return [
+        int(m[1]),
+        _long(pos, _sub(spath, "pos"), "a binlog position"),
+        0 if row is None else _long(row, _sub(spath, "row"), "a row number"),
+    ]
+
+
+def _event(item: dict[str, Any], base: str, key_columns: Sequence[str] | Mapping[str, Sequence[str]]) -> CDCEvent:
+    ppath = base
+    payload: Any = item
+    if "payload" in item:
+        ppath, payload = f"{base}.payload", item["payload"]
+        if not isinstance(payload, dict):
+            raise InvalidBatch(ppath, f"expected an object, got {_kind(payload)}")
+
+    op = payload.get("op")
+    opath = f"{ppath}.op"
+    if op is None:
+        raise InvalidBatch(opath, "required (c, r, u or d)")
+    if not isinstance(op, str):
+        raise InvalidBatch(opath, f"expected a string, got {_kind(op)}")
+    if op in UNSUPPORTED:
+        raise InvalidBatch(opath, f"unsupported: {UNSUPPORTED[op]} events ('{op}') cannot be applied to rows")
+    if op not in OPERATIONS:
+        raise InvalidBatch(opath, f"unknown op {op[:20]!r} (expected c, r, u or d)")
+    operation = OPERATIONS[op]
+
+    spath = f"{ppath}.source"
+    source = payload.get("source")
+    if source is None:
+        raise InvalidBatch(spath, "required")
+    if not isinstance(source, dict):
+        raise InvalidBatch(spath, f"expected an object, got {_kind(source)}")
+    tpath = f"{spath}.table"
+    table = source.get("table")
+    if table is None:
+        raise InvalidBatch(tpath, "required")
+    if not isinstance(table, str):
+        raise InvalidBatch(tpath, f"expected a string, got {_kind(table)}")
+    if not _TABLE.match(table):
+        raise InvalidBatch(tpath, f"table name {table[:140]!r} must match {events.TABLE_PATTERN}")
+    if table.lower().endswith(events.RESERVED_SUFFIXES):
+        raise InvalidBatch(tpath, f"names ending in {', '.join(events.RESERVED_SUFFIXES)} are reserved")
+
+    images: dict[str, dict[str, Any] | None] = {}
+    for name in ("before", "after"):
+        image = payload.get(name)
+        if image is not None and not isinstance(image, dict):
+            raise InvalidBatch(f"{ppath}.{name}", f"expected an object or null, got {_kind(image)}")
+        images[name] = image
+    key_image = "before" if op == "d" else "after"
+    image = images[key_image]
+    if image is None:
+        why = "the deleted row's key is read from it" if op == "d" else "the new row image"
+        raise InvalidBatch(f"{ppath}.{key_image}", f"required for op '{op}' ({why})")
+    for name, img in images.items():
+        if img is not None:
+            _json_ok(img, f"{ppath}.{name}")
+    row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
+
+    if payload.get("ts_ms") is not None:
+        timestamp = _long(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
+    elif source.get("ts_ms") is not None:
+        timestamp = _long(source["ts_ms"], f"{spath}.ts_ms", "milliseconds")
+    else:
+        raise InvalidBatch(f"{ppath}.ts_ms", "required (or source.ts_ms)")
+
+    xpath = f"{ppath}.transaction"
+    tx = payload.get("transaction")
+    if tx is not None and not isinstance(tx, dict):
+        raise InvalidBatch(xpath, f"expected an object or null, got {_kind(tx)}")
+    tx = tx or {}
+
+    connector = _opt_str(source, "connector", spath)
+    order: list[int] | None = None
+    if connector == "postgresql":
+        order = _pg_order(source, spath)
+    elif connector in ("mysql", "mariadb"):
+        order = _mysql_order(source, spath)
+    by_position = order is not None
+    if order is None:
+        if source.get("ts_ms") is not None:
+            order = [_long(source["ts_ms"], f"{spath}.ts_ms", "milliseconds")]
+        else:
+            order = [timestamp]
+        if tx.get("total_order") is not None:
+            order.append(_long(tx["total_order"], f"{xpath}.total_order", "a position in the transaction"))
+
+    tx_id = tx.get("id")
+    tx_path = f"{xpath}.id"
+    if tx_id is None:
+        tx_id, tx_path = source.get("txId"), f"{spath}.txId"
+    if tx_id is not None and (isinstance(tx_id, bool) or not isinstance(tx_id, str | int)):
+        raise InvalidBatch(tx_path, f"expected a string or integer, got {_kind(tx_id)}")
+    _json_ok(tx_id, tx_path)
+    # Postgres' LSN is a number; other connectors' log positions (SQL Server, Db2) are strings.
+    lsn = source.get("lsn") if connector == "postgresql" else None
+    if lsn is not None:
+        _long(lsn, f"{spath}.lsn", "an LSN")
+    metadata = {
+        "connector": connector,
+        "db": _opt_str(source, "db", spath),
+        "schema": _opt_str(source, "schema", spath),
+        "txId": tx_id,
+        "lsn": lsn,
+        "op": op,
+    }
+    metadata = {k: v for k, v in metadata.items() if v is not None}
+
+    ident: list[Any] = [table, row_id, op, order]
+    if not by_position:
+        ident += [images["before"], images["after"]]
+    return CDCEvent(
+        sequence=_hash63(_hash_encoder.encode(ident)),
+        timestamp=timestamp,
+        operation=operation,
+        table=table,
+        rowId=row_id,
+        before=images["before"],
+        after=images["after"],
+        metadata=metadata,
+        order=order,
+    )
+
+
+def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:
+    """``(sanitised source.name, its path)`` of one (already validated) event."""
+    ppath, payload = (f"{base}.payload", item["payload"]) if "payload" in item else (base, item)
+    path = f"{ppath}.source.name"
+    name = payload["source"].get("name")
+    if name is None:
+        raise InvalidBatch(path, "required to name the producer (or pass producer=)")
+    if not isinstance(name, str):
+        raise InvalidBatch(path, f"expected a string, got {_kind(name)}")
+    clean = _sanitise_source(name)
+    if not clean:
+        raise InvalidBatch(path, f"no usable producer id in {name[:100]!r}")
+    return clean, path
+
+
+# ----------------------------------------------------------------------------- batch
+
+
+def to_batch(
+    obj: Any,
+    producer: str | None = None,
+    *,
+    key_columns: Sequence[str] | Mapping[str, Sequence[str]] = DEFAULT_KEY_COLUMNS,
+) -> events.Batch:
+    """One Debezium event or a list of them (parsed JSON) -> a :class:`~cdclake.events.Batch`.
+
+    See the module docstring for the rules. Raises :class:`~cdclake.events.InvalidBatch` naming
+    the JSON path of the first bad field (:class:`OnlyTombstones` when there is no change event).
+    """
+    if isinstance(obj, list):
+        items = [(f"$[{i}]", x) for i, x in enumerate(obj)]
+    elif obj is None or isinstance(obj, dict):
+        items = [("$", obj)]
+    else:
+        raise InvalidBatch("$", f"expected a Debezium change event or an array of them, got {_kind(obj)}")
+
+    out: list[CDCEvent] = []
+    sources: list[tuple[str, str]] = []
+    for base, item in items:
+        if item is None:
+            continue  # tombstone
+        if not isinstance(item, dict):
+            raise InvalidBatch(base, f"expected a change event object or null, got {_kind(item)}")
+        if "payload" in item and item["payload"] is None:
+            continue  # enveloped tombstone
+        out.append(_event(item, base, key_columns))
+        if producer is None:
+            sources.append(_producer_name(item, base))
+        if len(out) > events.MAX_EVENTS_PER_BATCH:
+            raise InvalidBatch("$", f"more than {events.MAX_EVENTS_PER_BATCH} change events in one post")
+    if not out:
+        raise OnlyTombstones("$", "no change events (only tombstones)")
+
+    if producer is not None:
+        source = _sanitise_source(producer)
+        if not source:
+            raise InvalidBatch("$", f"no usable producer id in {producer[:100]!r}")
+    else:
+        source = sources[0][0]
+        for name, path in sources[1:]:
+            if name != source:
+                raise InvalidBatch(
+                    path, f"{name!r} differs from the first event's {source!r}; pass producer= to mix connectors"
+                )
+    number = _hash63(_hash_encoder.encode([ev.sequence for ev in out]))
+    return events.Batch(source=source, sequenceNumber=number, events=out)

@@ -1,0 +1,70 @@
+"""Producer bearer tokens from a TOML file (``CDCLAKE_TOKENS_FILE``)::
+
+    [[producer]]
+    id = "app-1"                      # the batch ``source`` this token may send as
+    token_sha256 = "9f86d0..."        # or token = "..." (hash preferred: the file is not a secret then)
+    tables = ["users", "orders"]      # or ["*"]
+
+Without a file every request is allowed (the embedded default listens on 127.0.0.1 only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class TokensFileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Producer:
+    id: str
+    tables: frozenset[str]
+    """Lower-case table names; ``*`` allows every table."""
+
+    def may_write(self, table: str) -> bool:
+        return "*" in self.tables or table.lower() in self.tables
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Tokens:
+    def __init__(self, by_hash: dict[str, Producer]) -> None:
+        self._by_hash = by_hash
+
+    @classmethod
+    def load(cls, path: Path) -> Tokens:
+        where = f"CDCLAKE_TOKENS_FILE ({path})"
+        try:
+            data = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise TokensFileError(f"{where}: {exc}") from None
+        by_hash: dict[str, Producer] = {}
+        for i, entry in enumerate(data.get("producer", [])):
+            at = f"{where}: producer[{i}]"
+            pid = entry.get("id")
+            if not isinstance(pid, str) or not pid:
+                raise TokensFileError(f"{at}.id must be a non-empty string")
+            digest = entry.get("token_sha256") or (
+                _hash(entry["token"]) if isinstance(entry.get("token"), str) else None
+            )
+            if not isinstance(digest, str) or len(digest) != 64:
+                raise TokensFileError(f"{at} needs token (string) or token_sha256 (64 hex digits)")
+            tables = entry.get("tables", ["*"])
+            if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+                raise TokensFileError(f"{at}.tables must be a list of table names")
+            by_hash[digest.lower()] = Producer(pid, frozenset(t.lower() for t in tables))
+        return cls(by_hash)
+
+    def producer(self, authorization: str | None) -> Producer | None:
+        """The producer of an ``Authorization: Bearer ...`` value, or None."""
+        if not authorization or authorization[:7].lower() != "bearer ":
+            return None
+        # Looked up by SHA-256: the secret itself is never compared byte by byte.
+        return self._by_hash.get(_hash(authorization[7:].strip()))

@@ -1,0 +1,53 @@
+"""How much landed data waits to be applied: the receiver's backpressure signal.
+
+Refreshed in the background from the staging listing and the tables' watermarks (the same
+:func:`cdclake.catalog.pending_tables` the apply DAG plans with); between refreshes every landing
+counts one more object, so a burst is seen before the next refresh.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cdclake import staging
+from cdclake.settings import Settings
+
+log = logging.getLogger("cdclake.receiver")
+
+
+class Backlog:
+    def __init__(self, settings: Settings, store: staging.Store) -> None:
+        self.settings = settings
+        self.store = store
+        self.per_table: dict[str, int] = {}
+        self.error: str | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_table.values())
+
+    @property
+    def utilization(self) -> float:
+        return min(1.0, self.total / self.settings.backlog_hard)
+
+    def add(self, tables: list[str]) -> None:
+        for t in tables:
+            self.per_table[t] = self.per_table.get(t, 0) + 1
+
+    def suggested_delay_ms(self) -> int:
+        """0 below the soft limit, then rising linearly to 5 s at the hard limit."""
+        soft, hard, n = self.settings.backlog_soft, self.settings.backlog_hard, self.total
+        if n <= soft:
+            return 0
+        return int(100 + 4900 * min(1.0, (n - soft) / max(1, hard - soft)))
+
+    def refresh(self) -> None:
+        """Blocking: lists staging and reads watermarks (pyiceberg). Run it in a thread."""
+        from cdclake.catalog import pending_tables
+
+        try:
+            self.per_table = pending_tables(self.settings, store=self.store)
+            self.error = None
+        except Exception as exc:  # a missing catalog or an unreachable store must not stop intake
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.warning("backlog refresh failed: %s", self.error)

@@ -1,0 +1,351 @@
+"""Landing a batch durably, exactly once, in the staging store (or the local fallback spool).
+
+The protocol, per batch ``(source, sequenceNumber)``:
+
+1. *claim*: create the batch's receipt exclusively (``put_if_absent``). The receipt names the
+   staging objects the batch will be written to and a digest of their content.
+2. write those objects; 3. ack.
+
+A second landing of the same batch (client retry, restarted receiver, another replica on the same
+bucket) loses the claim, reads the receipt and acks ``duplicate`` once every object it names
+exists. A claim whose objects are still missing after :data:`IN_FLIGHT_S` belongs to a landing
+that died: the next landing takes it over under the next receipt generation, keeping the objects
+that were written and writing only the missing ones, under fresh names (a name older than the
+apply job's landing grace could be skipped). So every acked batch is in staging exactly once.
+
+If the store fails, the batch goes to the spool (a local folder, written durably) and is acked
+``fallback``; :meth:`Lander.drain` lands spooled batches through the same protocol later.
+
+Everything here blocks (fsync, S3 calls): the app runs it in worker threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from cdclake import staging
+from cdclake.events import Batch, stage_lines
+
+IN_FLIGHT_S = 60.0
+"""A claim younger than this may still be landing in another process: do not take it over."""
+BREAKER_OPEN_S = 5.0
+"""After a store failure, land to the spool without trying the store for this long."""
+
+Status = Literal["persisted", "duplicate", "fallback"]
+
+
+class SequenceError(Exception):
+    """The batch's sequenceNumber is not the next one for its producer."""
+
+    def __init__(self, message: str, expected: int | None) -> None:
+        super().__init__(message)
+        self.expected = expected
+
+
+class InFlight(Exception):
+    """Another landing of the same batch is in progress (another replica): retry shortly."""
+
+
+class Receipt(msgspec.Struct):
+    source: str
+    sequenceNumber: int
+    generation: int
+    landedMs: int
+    digest: str
+    events: int
+    keys: list[str]
+
+
+class Spooled(msgspec.Struct):
+    source: str
+    sequenceNumber: int
+    digest: str
+    events: int
+    objects: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A decoded batch turned into staging payloads, ready to land."""
+
+    source: str
+    sequence_number: int
+    events: int
+    objects: dict[str, bytes]
+    digest: str
+
+    @classmethod
+    def from_batch(cls, batch: Batch) -> Prepared:
+        objects = stage_lines(batch)
+        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, _digest(objects))
+
+
+@dataclass(frozen=True)
+class Landed:
+    status: Status
+    paths: list[str]
+    """Where the events are: object URIs, or the spool file for ``fallback``."""
+
+
+def _digest(objects: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for table in sorted(objects):
+        h.update(table.encode() + b"\0")
+        h.update(objects[table])
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+_receipt_decoder = msgspec.json.Decoder(Receipt)
+_spool_decoder = msgspec.json.Decoder(Spooled)
+
+
+class Spool:
+    """The fallback: one durable file per batch under ``root/<source>/<seq>.json``."""
+
+    def __init__(self, root: Path) -> None:
+        self.store = staging.LocalStaging(root)
+        self.root = Path(root)
+
+    @staticmethod
+    def path(source: str, seq: int) -> str:
+        return f"{source}/{seq:020d}.json"
+
+    def put(self, p: Prepared) -> tuple[bool, str]:
+        rec = Spooled(p.source, p.sequence_number, p.digest, p.events, {t: d.decode() for t, d in p.objects.items()})
+        path = self.path(p.source, p.sequence_number)
+        return self.store.put_if_absent(path, msgspec.json.encode(rec)), str(self.root / path)
+
+    def entries(self) -> Iterator[tuple[Path, Prepared]]:
+        if not self.root.is_dir():
+            return
+        for src in sorted(self.root.iterdir()):
+            if not src.is_dir():
+                continue
+            for f in sorted(src.glob("*.json")):
+                rec = _spool_decoder.decode(f.read_bytes())
+                objects = {t: d.encode() for t, d in rec.objects.items()}
+                yield f, Prepared(rec.source, rec.sequenceNumber, rec.events, objects, rec.digest)
+
+    def last_sequence(self, source: str) -> int | None:
+        names = self.store.list_names(f"{source}/")
+        seqs = [int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit()]
+        return max(seqs) if seqs else None
+
+    def count(self) -> int:
+        if not self.root.is_dir():
+            return 0
+        return sum(1 for _ in self.root.glob("*/*.json"))
+
+
+class Lander:
+    def __init__(
+        self,
+        store: staging.Store,
+        spool: Spool | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.spool = spool
+        self.clock = clock
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._last: dict[str, int] = {}
+        self._breaker_until = 0.0
+        self.last_landing_ms: int | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def _lock(self, source: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(source, threading.Lock())
+
+    @property
+    def breaker(self) -> Literal["closed", "open"]:
+        return "open" if self.clock() < self._breaker_until else "closed"
+
+    def last_sequence(self, source: str, refresh: bool = False) -> int | None:
+        """Highest batch sequence landed (or spooled) for ``source``; cached per process."""
+        if refresh or source not in self._last:
+            seqs = []
+            try:
+                names = self.store.list_names(staging.receipt_prefix(source))
+                seqs = [p[0] for p in map(staging.parse_receipt_name, names) if p]
+            except Exception:
+                if self.spool is None:
+                    raise
+            if self.spool is not None:
+                spooled = self.spool.last_sequence(source)
+                if spooled is not None:
+                    seqs.append(spooled)
+            if not seqs:
+                return self._last.get(source)
+            self._last[source] = max(max(seqs), self._last.get(source, -1))
+        return self._last.get(source)
+
+    def cached_sequence(self, source: str) -> int | None:
+        return self._last.get(source)
+
+    def _note(self, source: str, seq: int) -> None:
+        self._last[source] = max(seq, self._last.get(source, -1))
+        self.last_landing_ms = int(self.clock() * 1000)
+
+    # ------------------------------------------------------------------ landing
+
+    def land(self, p: Prepared, check_sequence: bool = True) -> Landed:
+        with self._lock(p.source):
+            if check_sequence:
+                dup = self._check_sequence(p)
+                if dup is not None:
+                    return dup
+            if self.spool is not None and self.breaker == "open":
+                return self._to_spool(p)
+            try:
+                landed = self._land_in_store(p)
+            except (SequenceError, InFlight):
+                raise
+            except Exception:
+                if self.spool is None:
+                    raise
+                self._breaker_until = self.clock() + BREAKER_OPEN_S
+                return self._to_spool(p)
+            self._note(p.source, p.sequence_number)
+            return landed
+
+    def _check_sequence(self, p: Prepared) -> Landed | None:
+        last = self.last_sequence(p.source)
+        if last is None or p.sequence_number == last + 1:
+            return None
+        if p.sequence_number > last + 1:
+            # Another replica may have landed the batches in between.
+            last = self.last_sequence(p.source, refresh=True)
+            if last is not None and p.sequence_number > last + 1:
+                raise SequenceError(
+                    f"sequenceNumber {p.sequence_number} skips batches: the next batch of "
+                    f"{p.source!r} must be {last + 1}",
+                    last + 1,
+                )
+            return None
+        # At or below the last landed batch: a resend, or a producer that lost its numbering.
+        if self.spool is not None and (self.spool.root / Spool.path(p.source, p.sequence_number)).exists():
+            return Landed("duplicate", [str(self.spool.root / Spool.path(p.source, p.sequence_number))])
+        try:
+            receipt = self._receipt(p.source, p.sequence_number)
+        except Exception as exc:
+            raise InFlight(f"cannot check batch {p.sequence_number} of {p.source!r} for a duplicate: {exc}") from exc
+        if receipt is not None:
+            self._same_content(p, receipt)
+            if all(self._exists(self._key(k)) for k in receipt.keys):
+                return Landed("duplicate", [self._uri(k) for k in receipt.keys])
+            return None  # claimed but not all written: landing takes it over (or waits for it)
+        raise SequenceError(
+            f"sequenceNumber {p.sequence_number} was never landed and is below the last landed batch "
+            f"{last} of {p.source!r}: the next batch must be {last + 1}",
+            last + 1,
+        )
+
+    def _uri(self, path: str) -> str:
+        table, name = path.split("/", 1)
+        return self.store.uri(staging.ObjectKey(table, name))
+
+    def _receipt(self, source: str, seq: int) -> Receipt | None:
+        prefix = f"{seq:020d}."
+        gens = [n for n in self.store.list_names(staging.receipt_prefix(source)) if n.startswith(prefix)]
+        if not gens:
+            return None
+        data = self.store.read(staging.receipt_prefix(source) + max(gens))
+        return None if data is None else _receipt_decoder.decode(data)
+
+    @staticmethod
+    def _same_content(p: Prepared, receipt: Receipt) -> None:
+        if receipt.digest != p.digest:
+            raise SequenceError(
+                f"batch {p.sequence_number} of {p.source!r} already landed with different events; "
+                "a sequenceNumber must not be reused",
+                None,
+            )
+
+    def _land_in_store(self, p: Prepared) -> Landed:
+        now_ms = int(self.clock() * 1000)
+        keys = [staging.make_key(t, p.source, p.sequence_number, now_ms) for t in sorted(p.objects)]
+        receipt = Receipt(p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys])
+        for _ in range(10):
+            path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
+            if self.store.put_if_absent(path, msgspec.json.encode(receipt)):
+                for key in keys:
+                    if receipt.generation == 0 or not self._exists(key):
+                        self.store.put(key, p.objects[key.table])
+                return Landed("persisted", [self.store.uri(k) for k in keys])
+            existing = self._receipt(p.source, p.sequence_number)
+            if existing is None:  # raced with a clean-up; try again
+                continue
+            self._same_content(p, existing)
+            have = [self._key(k) for k in existing.keys]
+            missing = [k for k in have if not self._exists(k)]
+            if not missing:
+                return Landed("duplicate", [self.store.uri(k) for k in have])
+            if self.clock() * 1000 - existing.landedMs < IN_FLIGHT_S * 1000:
+                raise InFlight(f"batch {p.sequence_number} of {p.source!r} is being landed by another receiver")
+            # Take over a dead claim: keep what it wrote, rename what it did not.
+            now_ms = int(self.clock() * 1000)
+            fresh = [staging.make_key(k.table, p.source, p.sequence_number, now_ms) for k in missing]
+            kept = [k for k in have if k not in missing]
+            keys = kept + fresh
+            receipt = Receipt(
+                p.source, p.sequence_number, existing.generation + 1, now_ms, p.digest, p.events, [k.path for k in keys]
+            )
+        raise InFlight(f"batch {p.sequence_number} of {p.source!r}: receipt keeps changing")
+
+    def _exists(self, key: staging.ObjectKey) -> bool:
+        return self.store.exists(key.path)
+
+    @staticmethod
+    def _key(path: str) -> staging.ObjectKey:
+        table, name = path.split("/", 1)
+        return staging.ObjectKey(table, name)
+
+    def _to_spool(self, p: Prepared) -> Landed:
+        assert self.spool is not None
+        created, where = self.spool.put(p)
+        self._note(p.source, p.sequence_number)
+        return Landed("fallback" if created else "duplicate", [where])
+
+    # ------------------------------------------------------------------ drain
+
+    def drain(self) -> int:
+        """Land spooled batches in the store; each spool file goes once its landing returned.
+
+        Returns how many were drained. Stops at the first failure (the store is still down).
+        """
+        if self.spool is None:
+            return 0
+        drained = 0
+        for file, p in self.spool.entries():
+            with self._lock(p.source):
+                try:
+                    self._land_in_store(p)
+                except InFlight:
+                    continue
+                except SequenceError:
+                    # Same batch number, different events, already in the store: keep it aside
+                    # for a human instead of dropping or double-landing it.
+                    os.replace(file, file.with_suffix(".conflict"))
+                    continue
+                except Exception:
+                    self._breaker_until = self.clock() + BREAKER_OPEN_S
+                    return drained
+                # The receipt now makes a re-drain (after a crash right here) a duplicate.
+                os.unlink(file)
+                drained += 1
+        if drained:
+            self._breaker_until = 0.0
+        return drained

@@ -1,0 +1,170 @@
+"""The OpenAPI 3.1 document of the receiver's HTTP API, served at ``/openapi.json``.
+
+Request schemas come from the msgspec contracts, so the document cannot drift from validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cdclake.events import Batch
+from cdclake.settings import Settings
+from receiver.protocol import ACK_STATUSES, NACK_REASONS
+
+
+def _nack(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Nack"}}},
+    }
+
+
+def document(settings: Settings) -> dict[str, Any]:
+    (batch_ref,), components = msgspec.json.schema_components([Batch], ref_template="#/components/schemas/{name}")
+    components["Ack"] = {
+        "type": "object",
+        "required": ["type", "timestamp", "sequenceNumber", "status", "details"],
+        "properties": {
+            "type": {"const": "ack"},
+            "timestamp": {"type": "integer"},
+            "sequenceNumber": {"type": "integer"},
+            "correlationId": {"type": "string"},
+            "status": {"enum": list(ACK_STATUSES)},
+            "details": {
+                "type": "object",
+                "properties": {
+                    "eventsProcessed": {"type": "integer"},
+                    "bufferUtilization": {"type": "number", "minimum": 0, "maximum": 1},
+                    "suggestedDelayMs": {"type": "integer"},
+                    "persistedPath": {"type": "array", "items": {"type": "string"}},
+                    "circuitBreakerState": {"enum": ["closed", "open"]},
+                },
+            },
+        },
+    }
+    components["Nack"] = {
+        "type": "object",
+        "required": ["type", "reason", "errorMessage", "shouldRetry"],
+        "properties": {
+            "type": {"const": "nack"},
+            "timestamp": {"type": "integer"},
+            "sequenceNumber": {"type": ["integer", "null"]},
+            "reason": {"enum": list(NACK_REASONS)},
+            "errorMessage": {"type": "string"},
+            "shouldRetry": {"type": "boolean"},
+            "field": {"type": "string", "description": "JSON path of the field at fault, or the header"},
+            "retryDelayMs": {"type": "integer"},
+            "maxSize": {"type": "integer"},
+            "expectedSequence": {"type": "integer"},
+        },
+    }
+    limit = settings.max_body_bytes
+    refusals = {
+        "400": _nack("invalid_format: the field at fault is named in `field`"),
+        "401": _nack("missing or unknown bearer token"),
+        "403": _nack("the token may not write this source or table"),
+        "409": _nack("invalid_sequence: a gap or reuse; `expectedSequence` says what is next"),
+        "413": _nack(f"payload_too_large (body over {limit} bytes) or event_too_large"),
+        "415": _nack("unsupported Content-Type or Content-Encoding"),
+        "429": _nack("rate_limited or connection_limit; see Retry-After and X-RateLimit-* headers"),
+        "503": _nack("buffer_full, shutting_down or internal_error; retry after retryDelayMs"),
+    }
+    ack = {
+        "description": "durable: persisted, duplicate, or fallback (in the local spool)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ack"}}},
+    }
+    encoding = {
+        "name": "Content-Encoding",
+        "in": "header",
+        "required": False,
+        "schema": {"enum": ["identity", "gzip", "zstd"]},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "cdclake receiver", "version": "1", "description": "CDC batches in, durable acks out."},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+        "paths": {
+            "/v1/batches": {
+                "post": {
+                    "summary": "Land one batch of CDC events",
+                    "parameters": [
+                        encoding,
+                        {"name": "X-CDC-Source", "in": "header", "schema": {"type": "string"}},
+                        {"name": "X-CDC-Sequence-Number", "in": "header", "schema": {"type": "integer", "minimum": 0}},
+                        {"name": "source", "in": "query", "schema": {"type": "string"}},
+                        {"name": "sequenceNumber", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": batch_ref},
+                            "application/x-ndjson": {
+                                "schema": {"type": "string", "description": "one CDCEvent per line"}
+                            },
+                        },
+                    },
+                    "responses": {"200": ack, **refusals},
+                }
+            },
+            "/v1/debezium": {
+                "post": {
+                    "summary": "Land Debezium change event(s), as Debezium Server's HTTP sink posts them",
+                    "parameters": [encoding],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "oneOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}]
+                                }
+                            }
+                        },
+                    },
+                    "responses": {"200": ack, **refusals},
+                }
+            },
+            "/v1/sources/{source}": {
+                "get": {
+                    "summary": "Where a producer stands: its last landed batch",
+                    "parameters": [{"name": "source", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "responses": {
+                        "200": {"description": "lastAckSequence (null: nothing landed yet)"},
+                        "401": refusals["401"],
+                        "403": refusals["403"],
+                    },
+                }
+            },
+            "/health": {"get": {"summary": "Liveness", "responses": {"200": {"description": "alive"}}}},
+            "/ready": {
+                "get": {
+                    "summary": "Storage reachable",
+                    "responses": {"200": {"description": "ready"}, "503": {"description": "not ready"}},
+                }
+            },
+            "/status": {
+                "get": {
+                    "summary": "Backlog per table, producers, last landing",
+                    "responses": {"200": {"description": "status"}},
+                }
+            },
+            "/metrics": {
+                "get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text format"}}}
+            },
+            "/flush": {
+                "post": {
+                    "summary": "Run cdc_apply now (Airflow REST API)",
+                    "responses": {
+                        "202": {"description": "triggered"},
+                        "401": refusals["401"],
+                        "502": {"description": "Airflow refused or is down"},
+                    },
+                }
+            },
+        },
+    }

@@ -1,0 +1,153 @@
+"""WebSocket ``/v1/stream``: the seed's streaming protocol.
+
+Client: ``connect`` (resumption via the server's ``lastAckSequence`` in the ``status`` reply),
+``cdc_batch``, ``heartbeat``, ``flush_request``. Server: ``ack`` / ``nack`` per batch (same
+answers as HTTP, see :mod:`receiver.service`) and ``status``. Frames are handled in order, one
+at a time per connection, so acks come back in the order batches were sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio.to_thread
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from cdclake.events import Batch, InvalidBatch
+from cdclake.settings import Settings
+from receiver import decode
+from receiver.notify import Notifier
+from receiver.protocol import (
+    PROTOCOL_VERSION,
+    CDCBatchMessage,
+    Connect,
+    FlushRequest,
+    Heartbeat,
+    decode_client_message,
+    nack,
+    now_ms,
+    peek_ids,
+)
+from receiver.service import Service, refusal
+
+log = logging.getLogger("cdclake.receiver")
+
+POLICY_VIOLATION = 1008
+TRY_AGAIN_LATER = 1013
+
+
+def connected(svc: Service) -> dict[str, int]:
+    return {k: v for k, v in svc.ws_connections.items() if v}
+
+
+def status_message(svc: Service, source: str | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "status",
+        "timestamp": now_ms(),
+        "state": "receiving" if svc.in_flight else "idle",
+        "buffer": {
+            "batchCount": svc.backlog.total,
+            "utilization": round(svc.backlog.utilization, 4),
+        },
+        "connectedSources": len(connected(svc)),
+        "lastFlushTime": svc.lander.last_landing_ms,
+        **extra,
+    }
+
+
+def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
+    async def stream(ws: WebSocket) -> None:
+        svc: Service = ws.state.service
+        notifier: Notifier = ws.state.notifier
+        conns = svc.ws_connections
+        await ws.accept()
+        who = svc.authenticate(ws.headers.get("authorization"))
+        if isinstance(who, decode.Rejected):
+            await ws.send_json(refusal(who).body)
+            await ws.close(POLICY_VIOLATION, who.message[:120])
+            return
+        source: str | None = None
+        try:
+            while True:
+                frame = await ws.receive()
+                if frame["type"] == "websocket.disconnect":
+                    return
+                data: bytes = frame.get("bytes") or (frame.get("text") or "").encode()
+                if len(data) > settings.max_body_bytes:
+                    seq, cid = peek_ids(data[:4096])
+                    await ws.send_json(refusal(decode.too_large(settings.max_body_bytes, "message"), seq, cid).body)
+                    continue
+                try:
+                    msg = decode_client_message(data)
+                except InvalidBatch as exc:
+                    seq, cid = peek_ids(data)
+                    await ws.send_json(
+                        nack("invalid_format", exc.message, sequence_number=seq, correlation_id=cid, field=exc.field)
+                    )
+                    continue
+                if isinstance(msg, Connect):
+                    if msg.protocolVersion != PROTOCOL_VERSION:
+                        await ws.send_json(
+                            nack(
+                                "invalid_format",
+                                f"protocolVersion {msg.protocolVersion} is not supported (use {PROTOCOL_VERSION})",
+                                field="$.protocolVersion",
+                                correlation_id=msg.correlationId,
+                            )
+                        )
+                        continue
+                    if who is not None and who.id != msg.sourceDoId:
+                        await ws.send_json(
+                            nack("invalid_format", f"this token sends as {who.id!r}", field="$.sourceDoId")
+                        )
+                        await ws.close(POLICY_VIOLATION, "wrong source for token")
+                        return
+                    if source != msg.sourceDoId:
+                        if conns.get(msg.sourceDoId, 0) >= settings.max_connections_per_source:
+                            await ws.send_json(
+                                nack(
+                                    "connection_limit",
+                                    f"{msg.sourceDoId!r} already has {settings.max_connections_per_source} "
+                                    "connections (CDCLAKE_MAX_CONNECTIONS_PER_SOURCE)",
+                                    should_retry=True,
+                                    retryDelayMs=1000,
+                                )
+                            )
+                            await ws.close(TRY_AGAIN_LATER, "connection limit")
+                            return
+                        if source is not None:
+                            conns[source] -= 1
+                        source = msg.sourceDoId
+                        conns[source] = conns.get(source, 0) + 1
+                    try:
+                        last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
+                    except Exception:  # store down: what this process knows (the spool counts)
+                        last = svc.lander.cached_sequence(source)
+                    await ws.send_json(
+                        status_message(svc, source, lastAckSequence=last, correlationId=msg.correlationId)
+                    )
+                elif isinstance(msg, CDCBatchMessage):
+                    batch = Batch(msg.sourceDoId, msg.sequenceNumber, msg.events)
+
+                    def build(b: Batch = batch) -> decode.Decoded:
+                        return decode.Decoded(b, False)
+
+                    answer = await svc.submit(build, who, "ws", len(data), msg.correlationId)
+                    await ws.send_json(answer.body)
+                elif isinstance(msg, Heartbeat):
+                    await ws.send_json(status_message(svc, source))
+                elif isinstance(msg, FlushRequest):
+                    try:
+                        run_id = await anyio.to_thread.run_sync(notifier.trigger_apply)
+                        await ws.send_json(status_message(svc, source, flush={"dag_run_id": run_id}))
+                    except Exception as exc:
+                        await ws.send_json(status_message(svc, source, flush={"error": str(exc)}))
+        except WebSocketDisconnect:
+            return
+        finally:
+            if source is not None:
+                conns[source] -= 1
+
+    return stream
