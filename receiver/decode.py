@@ -34,7 +34,8 @@ class Rejected(Exception):
 
 @dataclass(frozen=True)
 class Decoded:
-    batch: events.Batch
+    batch: events.Batch | None
+    """None: nothing to land (a Debezium post of tombstones only), acked ``ok``."""
     debezium: bool
     """Debezium batches carry derived sequence numbers: no gap check for them."""
 
@@ -148,6 +149,10 @@ def decode_debezium_obj(obj: Any, max_event: int, producer: str | None) -> Decod
             )
     try:
         return Decoded(debezium.to_batch(obj, producer=producer), True)
+    except debezium.OnlyTombstones:
+        # Debezium sends a tombstone after each delete (for Kafka compaction); refusing a post of
+        # only those would make its HTTP sink retry it forever.
+        return Decoded(None, True)
     except events.InvalidBatch as exc:
         raise _invalid(exc) from None
 

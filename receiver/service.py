@@ -201,6 +201,8 @@ class Service:
         except decode.Rejected as exc:
             return refusal(exc, None, cid)
         batch = decoded.batch
+        if batch is None:
+            return Answer(200, ack(0, "ok", cid, eventsProcessed=0), headers)
         seq = batch.sequenceNumber
         denied = self.authorise(producer, batch)
         if denied is not None:
@@ -230,7 +232,12 @@ class Service:
             landed = await anyio.to_thread.run_sync(self._land, decoded)
         except landing.SequenceError as exc:
             body = nack(
-                "invalid_sequence", str(exc), sequence_number=seq, correlation_id=cid, expectedSequence=exc.expected
+                "invalid_sequence",
+                str(exc),
+                sequence_number=seq,
+                correlation_id=cid,
+                field="$.sequenceNumber",
+                expectedSequence=exc.expected,
             )
             return Answer(409, body, headers)
         except landing.InFlight as exc:
@@ -288,5 +295,6 @@ class Service:
         return Answer(200, body, headers, tables)
 
     def _land(self, decoded: decode.Decoded) -> landing.Landed:
+        assert decoded.batch is not None
         p = landing.Prepared.from_batch(decoded.batch)
         return self.lander.land(p, check_sequence=not decoded.debezium)

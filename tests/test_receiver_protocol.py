@@ -272,13 +272,32 @@ def test_websocket_protocol(home: Path) -> None:
     with client_for(home) as c:
         c.post("/v1/batches", json=batch(1, source="ws-1"))
         with c.websocket_connect("/v1/stream") as ws:
-            ws.send_json({"type": "connect", "sourceDoId": "ws-1", "lastAckSequence": 0, "protocolVersion": 1,
-                          "capabilities": {"binaryProtocol": False, "compression": False, "batching": True,
-                                           "maxBatchSize": 1000, "maxMessageSize": 4194304}})
+            ws.send_json(
+                {
+                    "type": "connect",
+                    "sourceDoId": "ws-1",
+                    "lastAckSequence": 0,
+                    "protocolVersion": 1,
+                    "capabilities": {
+                        "binaryProtocol": False,
+                        "compression": False,
+                        "batching": True,
+                        "maxBatchSize": 1000,
+                        "maxMessageSize": 4194304,
+                    },
+                }
+            )
             st = ws.receive_json()
             assert st["type"] == "status" and st["lastAckSequence"] == 1
-            msg = {"type": "cdc_batch", "sourceDoId": "ws-1", "sequenceNumber": 2, "events": [ev(2)],
-                   "correlationId": "c-2", "isRetry": False, "retryCount": 0}
+            msg = {
+                "type": "cdc_batch",
+                "sourceDoId": "ws-1",
+                "sequenceNumber": 2,
+                "events": [ev(2)],
+                "correlationId": "c-2",
+                "isRetry": False,
+                "retryCount": 0,
+            }
             ws.send_json(msg)
             a = ws.receive_json()
             assert (a["type"], a["status"], a["sequenceNumber"], a["correlationId"]) == ("ack", "persisted", 2, "c-2")
@@ -313,7 +332,9 @@ def test_websocket_connection_limit_and_auth(home: Path) -> None:
                 second.send_json({"type": "connect", "sourceDoId": "app-1"})
                 r = second.receive_json()
                 assert r["reason"] == "connection_limit" and r["shouldRetry"] is True
-            first.send_json({"type": "cdc_batch", "sourceDoId": "app-1", "sequenceNumber": 1, "events": [ev(1, "orders")]})
+            first.send_json(
+                {"type": "cdc_batch", "sourceDoId": "app-1", "sequenceNumber": 1, "events": [ev(1, "orders")]}
+            )
             denied = first.receive_json()
             assert denied["type"] == "nack" and denied["field"] == "$.events[0].table"
 
@@ -338,7 +359,7 @@ def test_operations_endpoints(home: Path) -> None:
     assert 'cdclake_receiver_acks_total{status="persisted"} 1' in text
     assert 'cdclake_receiver_acks_total{status="duplicate"} 1' in text
     assert 'cdclake_receiver_nacks_total{reason="invalid_sequence"} 1' in text
-    assert 'cdclake_receiver_events_total 2' in text
+    assert "cdclake_receiver_events_total 2" in text
     assert 'cdclake_receiver_landing_seconds_count{transport="http"} 2' in text
     assert doc["openapi"].startswith("3.1") and "/v1/batches" in doc["paths"]
     assert "Batch" in doc["components"]["schemas"]
