@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,6 +64,32 @@ class Receipt(msgspec.Struct):
     digest: str
     events: int
     keys: list[str]
+    owner: str = ""
+    """``host:pid:boot`` of the receiver that claimed it: a claim of a dead process on this host
+    can be taken over at once instead of after :data:`IN_FLIGHT_S`."""
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}"
+
+
+def owner_dead(owner: str, me: str) -> bool:
+    """True only when certain: the claim was made by another process on this host that is gone."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if owner == me:
+        return True  # landings of one source are serialised in this process: ours failed
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    if int(pid_text) == os.getpid():
+        return True  # an earlier incarnation with our pid (container restart): not us
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class Spooled(msgspec.Struct):
@@ -162,6 +189,7 @@ class Lander:
         self._last: dict[str, int] = {}
         self._breaker_until = 0.0
         self.last_landing_ms: int | None = None
+        self.owner = _owner()
 
     # ------------------------------------------------------------------ state
 
@@ -277,7 +305,9 @@ class Lander:
     def _land_in_store(self, p: Prepared) -> Landed:
         now_ms = int(self.clock() * 1000)
         keys = [staging.make_key(t, p.source, p.sequence_number, now_ms) for t in sorted(p.objects)]
-        receipt = Receipt(p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys])
+        receipt = Receipt(
+            p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys], self.owner
+        )
         for _ in range(10):
             path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
             if self.store.put_if_absent(path, msgspec.json.encode(receipt)):
@@ -293,7 +323,8 @@ class Lander:
             missing = [k for k in have if not self._exists(k)]
             if not missing:
                 return Landed("duplicate", [self.store.uri(k) for k in have])
-            if self.clock() * 1000 - existing.landedMs < IN_FLIGHT_S * 1000:
+            young = self.clock() * 1000 - existing.landedMs < IN_FLIGHT_S * 1000
+            if young and not owner_dead(existing.owner, self.owner):
                 raise InFlight(f"batch {p.sequence_number} of {p.source!r} is being landed by another receiver")
             # Take over a dead claim: keep what it wrote, rename what it did not.
             now_ms = int(self.clock() * 1000)
@@ -301,7 +332,14 @@ class Lander:
             kept = [k for k in have if k not in missing]
             keys = kept + fresh
             receipt = Receipt(
-                p.source, p.sequence_number, existing.generation + 1, now_ms, p.digest, p.events, [k.path for k in keys]
+                p.source,
+                p.sequence_number,
+                existing.generation + 1,
+                now_ms,
+                p.digest,
+                p.events,
+                [k.path for k in keys],
+                self.owner,
             )
         raise InFlight(f"batch {p.sequence_number} of {p.source!r}: receipt keeps changing")
 
