@@ -125,6 +125,9 @@ class LocalStack:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
             "PYTHONUNBUFFERED": "1",
+            # The receiver posts Asset events and flushes through Airflow's REST API.
+            "CDCLAKE_AIRFLOW_USER": ADMIN_USER,
+            "CDCLAKE_AIRFLOW_PASSWORD": self.password,
         }
         return env
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from cdclake.settings import Settings
 
 SUFFIX = ".ndjson"
+# The Airflow Asset the receiver updates after landings; cdc_apply is scheduled on it.
+ASSET_URI = "cdclake://staging"
+ASSET_NAME = "cdclake_staging"
 _NAME = re.compile(
     r"^(?P<day>\d{4}-\d{2}-\d{2})/(?P<hour>\d{2})/(?P<ms>\d{13})-(?P<seq>\d{20})-(?P<source>[A-Za-z0-9][A-Za-z0-9._-]*)"
     + re.escape(SUFFIX)

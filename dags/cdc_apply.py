@@ -7,14 +7,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
+
+from cdclake.staging import ASSET_NAME, ASSET_URI
+
+# Updated by the receiver (REST API) after each landing, debounced: data-aware scheduling.
+STAGING = Asset(name=ASSET_NAME, uri=ASSET_URI)
 
 log = logging.getLogger(__name__)
 
 DOC = """
 ### cdc_apply
 
-Finds the tables whose staging folder holds objects the table has not consumed yet (the
+Runs when the receiver lands data (it updates the `cdclake://staging` Asset through the REST
+API) and every 5 minutes as a fallback. Finds the tables whose staging folder holds objects the table has not consumed yet (the
 consumed-staging watermark lives in the Iceberg snapshot summary, read here with pyiceberg), then
 runs `spark_jobs/apply.py` once per table through **spark-submit** (dynamic task mapping).
 
@@ -46,7 +52,8 @@ def _log_failure(context: dict[str, Any]) -> None:
 
 @dag(
     dag_id="cdc_apply",
-    schedule=None,
+    # Runs when the receiver reports new data, and every 5 minutes in case a report was lost.
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("*/5 * * * *", timezone="UTC"), assets=STAGING),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -14,12 +14,13 @@ from typing import Any
 
 import anyio.to_thread
 
+from cdclake import staging
 from cdclake.settings import Settings
 from receiver.metrics import Metrics
 
 log = logging.getLogger("cdclake.receiver")
 
-STAGING_ASSET_URI = "cdclake://staging"
+STAGING_ASSET_URI = staging.ASSET_URI
 APPLY_DAG = "cdc_apply"
 
 
@@ -70,8 +71,9 @@ class Notifier:
     def _send(self, tables: list[str]) -> None:
         c = self.client()
         if self._asset_id is None:
-            found = c.json("GET", "/api/v2/assets", params={"uri_pattern": STAGING_ASSET_URI})
-            ids = [a["id"] for a in found.get("assets", []) if a.get("uri") == STAGING_ASSET_URI]
+            # By name: Airflow normalises the URI (adds a trailing slash).
+            found = c.json("GET", "/api/v2/assets", params={"name_pattern": staging.ASSET_NAME})
+            ids = [a["id"] for a in found.get("assets", []) if a.get("name") == staging.ASSET_NAME]
             if not ids:
                 raise RuntimeError(f"Airflow knows no asset {STAGING_ASSET_URI} (is the {APPLY_DAG} DAG parsed?)")
             self._asset_id = int(ids[0])

@@ -89,3 +89,39 @@ def test_services_listen_on_loopback_only(stack: LocalStack) -> None:
     listening = [c for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids]
     assert listening, "expected the receiver and the API server to listen"
     assert {c.laddr.ip for c in listening} <= {"127.0.0.1"}, listening
+
+
+def test_landing_triggers_cdc_apply_through_the_asset_event(stack: LocalStack, spark: Any) -> None:
+    """No manual trigger: the receiver's Asset event (Airflow REST API) schedules cdc_apply."""
+    import time
+
+    from cdclake.client import Producer
+
+    settings = stack.settings
+    attach_catalog(spark, settings)
+    client = stack.airflow
+    client.wait_dag("cdc_apply")
+    client.unpause("cdc_apply")
+    with Producer(settings.receiver_url, "asset-src") as p:
+        p.send("signals", "INSERT", "1", after={"id": 1, "v": "landed"})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = client.json("GET", "/api/v2/dags/cdc_apply/dagRuns", params={"order_by": "-run_after", "limit": 20})
+        asset_runs = [r for r in runs["dag_runs"] if r["run_type"] == "asset_triggered"]
+        if any(r["state"] == "success" for r in asset_runs):
+            spark.catalog.clearCache()
+            rows = spark.sql("SELECT id, v FROM e2e.cdc.signals").collect() if _exists(spark, "signals") else []
+            if [tuple(r) for r in rows] == [(1, "landed")]:
+                break
+        time.sleep(3)
+    else:
+        raise AssertionError(
+            f"no asset-triggered cdc_apply applied the batch; receiver status: "
+            f"{httpx.get(settings.receiver_url + '/status').json()}"
+        )
+    status = httpx.get(settings.receiver_url + "/status").json()
+    assert status["airflowNotify"]["sent"] >= 1 and status["airflowNotify"]["lastError"] is None
+
+
+def _exists(spark: Any, table: str) -> bool:
+    return bool(spark.sql(f"SHOW TABLES IN e2e.cdc LIKE '{table}'").collect())
