@@ -106,3 +106,7 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+# The real S3 server (SeaweedFS on 127.0.0.1), started once per session by the tests that ask.
+from tests.s3server import s3server  # noqa: E402, F401
