@@ -11,9 +11,10 @@ UNAVAILABLE = "__debezium_unavailable_value"
 
 def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """table -> rowId -> row, for every row alive after all events, replayed per key in
-    (sequence, source) order. A value marked unavailable keeps the key's previous value."""
+    (ordering value, source, sequence) order, the ordering value being ``order`` when the event
+    has one, else ``[sequence]``. A value marked unavailable keeps the key's previous value."""
     seen: set[tuple[str, int]] = set()
-    history: dict[str, dict[str, list[tuple[int, str, str, Any]]]] = {}
+    history: dict[str, dict[str, list[tuple[tuple[list[int], str, int], str, Any]]]] = {}
     for batch in batches:
         for ev in batch["events"]:
             ident = (batch["source"], ev["sequence"])
@@ -21,13 +22,14 @@ def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, di
                 continue
             seen.add(ident)
             per_key = history.setdefault(ev["table"].lower(), {}).setdefault(ev["rowId"], [])
-            per_key.append((ev["sequence"], batch["source"], ev["operation"], ev.get("after")))
+            rank = (list(ev.get("order") or [ev["sequence"]]), batch["source"], ev["sequence"])
+            per_key.append((rank, ev["operation"], ev.get("after")))
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for table, keys in history.items():
         rows = out.setdefault(table, {})
         for rid, events in keys.items():
             state: dict[str, Any] | None = None
-            for _, _, op, after in sorted(events, key=lambda e: (e[0], e[1])):
+            for _, op, after in sorted(events, key=lambda e: e[0]):
                 if op == "DELETE":
                     state = None
                 else:

@@ -45,7 +45,8 @@ KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
 SEQ = "_cdc_seq"
 TS = "_cdc_ts"
 SOURCE = "_cdc_source"
-SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE)
+ORDER = "_cdc_order"  # the ordering value: the event's `order`, else [sequence]
+SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE, ORDER)
 # Working columns, never stored in the main table:
 OP = "_cdc_w_op"
 OBJECT = "_cdc_w_object"
@@ -78,11 +79,14 @@ def normalise(raw: DataFrame) -> DataFrame:
     """Staged events (see cdclake.events.StagedEvent) -> one typed row per event."""
     after_type = raw.schema["after"].dataType if "after" in raw.columns else None
     after = F.col("after") if isinstance(after_type, StructType) else F.lit(None).cast("struct<>")
+    seq = F.col("sequence").cast("long")
+    given = F.col("order").cast("array<bigint>") if "order" in raw.columns else F.lit(None).cast("array<bigint>")
     return raw.select(
         F.col("rowId").cast("string").alias(KEY),
-        F.col("sequence").cast("long").alias(SEQ),
+        seq.alias(SEQ),
         F.timestamp_millis(F.col("timestamp").cast("long")).alias(TS),
         F.col("source").cast("string").alias(SOURCE),
+        F.coalesce(given, F.array(seq)).alias(ORDER),
         F.col("operation").cast("string").alias(OP),
         (F.col(OBJECT) if OBJECT in raw.columns else F.lit(None).cast("string")).alias(OBJECT),
         after.alias("after"),
@@ -106,7 +110,7 @@ def flatten(events: DataFrame) -> DataFrame:
     t = events.schema["after"].dataType
     fields = [f.name for f in t.fields] if isinstance(t, StructType) else []
     user = [n for n in fields if n not in SYSTEM_COLUMNS and n not in WORK_COLUMNS]
-    return events.select(KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, OP, OBJECT)
+    return events.select(KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, ORDER, OP, OBJECT)
 
 
 def mark_unavailable(rows: DataFrame) -> DataFrame:
@@ -132,7 +136,7 @@ def fill_unavailable(valid: DataFrame, columns: Sequence[str]) -> DataFrame:
     is still unknown stays in KEEP (and is then kept from the stored row by the MERGE)."""
     if not columns:
         return valid
-    w = Window.partitionBy(KEY).orderBy(SEQ, SOURCE).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    w = Window.partitionBy(KEY).orderBy(ORDER, SOURCE, SEQ).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     out = valid
     still = []
     for c in columns:
@@ -183,9 +187,16 @@ def align_to(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select(*cols)
 
 
+def ordering(prefix: str = "") -> str:
+    """SQL of a row's full ordering key: ordering value, then source, then sequence (a total,
+    deterministic order). Rows stored before ORDER existed compare by ``[sequence]``."""
+    p = prefix
+    return f"named_struct('o', coalesce({p}{ORDER}, array({p}{SEQ})), 's', {p}{SOURCE}, 'q', {p}{SEQ})"
+
+
 def rank_per_key(valid: DataFrame) -> DataFrame:
     """RANK 1 = the event with the highest ordering value per key; ties broken by source id."""
-    w = Window.partitionBy(KEY).orderBy(F.col(SEQ).desc(), F.col(SOURCE).desc())
+    w = Window.partitionBy(KEY).orderBy(F.col(ORDER).desc(), F.col(SOURCE).desc(), F.col(SEQ).desc())
     return valid.withColumn(RANK, F.row_number().over(w))
 
 
@@ -197,9 +208,9 @@ def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame) -> Da
     A DELETE equal to its tombstone while the row is still there is applied again: that is a
     re-run after a crash between the tombstone commit and the table commit.
     """
-    cur = current.select(F.col(KEY), F.struct(SEQ, SOURCE).alias("_row"))
-    tomb = tombstones.select(F.col(KEY), F.struct(SEQ, SOURCE).alias("_tomb"))
-    ev = F.struct(SEQ, SOURCE)
+    cur = with_order(current).select(F.col(KEY), F.expr(ordering()).alias("_row"))
+    tomb = with_order(tombstones).select(F.col(KEY), F.expr(ordering()).alias("_tomb"))
+    ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
     outcome = (
         F.when(F.col(RANK) > 1, "superseded")
@@ -210,6 +221,11 @@ def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame) -> Da
         .otherwise("applied")
     )
     return ranked.join(cur, KEY, "left").join(tomb, KEY, "left").withColumn(OUTCOME, outcome).drop("_row", "_tomb")
+
+
+def with_order(df: DataFrame) -> DataFrame:
+    """Tables written before ORDER existed lack it: they compare by ``[sequence]``."""
+    return df if ORDER in df.columns else df.withColumn(ORDER, F.lit(None).cast("array<bigint>"))
 
 
 # ---------------------------------------------------------------- table I/O
@@ -235,7 +251,9 @@ def ensure_table(
             spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
     target = spark.table(ident).schema
     src = StructType([f for f in wanted if f.name not in SYSTEM_COLUMNS])
-    adds = missing_fields(src, target, "")
+    have = {f.name for f in target.fields}
+    adds = [(f.name, f.dataType) for f in wanted if f.name in SYSTEM_COLUMNS and f.name not in have]
+    adds += missing_fields(src, target, "")
     widen = widenings(src, target, "")
     for path, t in adds:
         spark.sql(f"ALTER TABLE {ident} ADD COLUMN {path} {_ddl(t)}")
@@ -302,7 +320,7 @@ def merge_rows(
         return f"t.`{c}` = s.`{c}`"
 
     set_list = ", ".join(assign(c) for c in columns if c != KEY)
-    newer = f"struct(s.{SEQ}, s.{SOURCE}) > struct(t.{SEQ}, t.{SOURCE})"
+    newer = f"{ordering('s.')} > {ordering('t.')}"
     spark.sql(
         f"""MERGE INTO {ident} t USING cdclake_apply_source s ON t.{KEY} = s.{KEY}
             WHEN MATCHED AND {newer} AND s.{OP} = 'DELETE' THEN DELETE
@@ -396,9 +414,9 @@ def apply_table(
     tombstones = (
         spark.table(tomb_ident)
         if spark.catalog.tableExists(tomb_ident)
-        else spark.createDataFrame([], f"{KEY} string, {SEQ} long, {SOURCE} string")
+        else spark.createDataFrame([], f"{KEY} string, {SEQ} long, {SOURCE} string, {ORDER} array<bigint>")
     )
-    current = spark.table(ident).select(KEY, SEQ, SOURCE)
+    current = with_order(spark.table(ident)).select(KEY, SEQ, SOURCE, ORDER)
     # Checkpointed, not just cached: the MERGE below must not plan a source that reads its own
     # target (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes
     # before the MERGE runs.
@@ -509,7 +527,7 @@ def _merge_tombstones(run: Run, names: list[str], applied: DataFrame, wm_main: W
     wm = _aux_watermark(run, TOMBSTONES, wm_main)
     todo = [n for n in names if not wm.consumed(n)]
     deletes = applied.where(F.col(OBJECT).isin(todo) & (F.col(OP) == "DELETE")).select(
-        KEY, SEQ, SOURCE, F.current_timestamp().alias("_cdc_deleted_at")
+        KEY, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
     )
     if not todo or deletes.isEmpty():
         return
@@ -519,7 +537,7 @@ def _merge_tombstones(run: Run, names: list[str], applied: DataFrame, wm_main: W
     with Commit(run.spark, run.watermark_props(wm, todo)):
         run.spark.sql(
             f"""MERGE INTO {ident} t USING cdclake_tombstones_source s ON t.{KEY} = s.{KEY}
-                WHEN MATCHED AND struct(s.{SEQ}, s.{SOURCE}) > struct(t.{SEQ}, t.{SOURCE}) THEN UPDATE SET *
+                WHEN MATCHED AND {ordering("s.")} > {ordering("t.")} THEN UPDATE SET *
                 WHEN NOT MATCHED THEN INSERT *"""
         )
         commit_always(run.spark, ident, run.spark.table(ident).schema, before)
