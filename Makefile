@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver
 
 PY := .venv/bin/python
 
@@ -37,3 +37,7 @@ clean-state:
 # Benchmarks are not tests: `make bench` (small) or `make bench ARGS="--events 1000000 --keys 300000 --base-rows 1000000"`
 bench: setup
 	@$(PY) -m tests.bench_apply $(ARGS)
+
+# Receiver ingest vs the decode+fsync floor: `make bench-receiver` or `make bench-receiver ARGS="--seconds 20 --s3"`
+bench-receiver: setup
+	@$(PY) -m tests.bench_receiver $(ARGS)

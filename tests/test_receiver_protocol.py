@@ -365,3 +365,27 @@ def test_operations_endpoints(home: Path) -> None:
     assert "Batch" in doc["components"]["schemas"]
     # No Airflow credentials configured: says so rather than pretending.
     assert flush.status_code == 502 and "CDCLAKE_AIRFLOW_PASSWORD" in flush.json()["message"]
+
+
+def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> None:
+    with client_for(home) as c:
+        c.app.state.service.shutting_down = True  # what the server's signal handler sets first
+        r = c.post("/v1/batches", json=batch(1))
+        ready = c.get("/ready")
+    assert r.status_code == 503 and r.json()["reason"] == "shutting_down" and r.json()["shouldRetry"] is True
+    assert ready.status_code == 503
+    assert objects(home / "staging") == []
+
+
+def test_logs_are_one_json_object_per_line() -> None:
+    import logging
+
+    from receiver.logs import JsonFormatter
+
+    rec = logging.LogRecord("cdclake.receiver", logging.INFO, __file__, 1, "batch landed", None, None)
+    rec.source, rec.sequenceNumber = "app-1", 7
+    line = JsonFormatter().format(rec)
+    assert "\n" not in line
+    out = json.loads(line)
+    assert out["msg"] == "batch landed" and out["source"] == "app-1" and out["sequenceNumber"] == 7
+    assert out["level"] == "info" and out["ts"].endswith("Z")
