@@ -21,6 +21,7 @@ Everything here blocks (fsync, S3 calls): the app runs it in worker threads.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 import socket
@@ -35,6 +36,8 @@ import msgspec
 
 from cdclake import staging
 from cdclake.events import Batch, stage_lines
+
+_PUTS = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="cdclake-put")
 
 IN_FLIGHT_S = 60.0
 """A claim younger than this may still be landing in another process: do not take it over."""
@@ -311,9 +314,11 @@ class Lander:
         for _ in range(10):
             path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
             if self.store.put_if_absent(path, msgspec.json.encode(receipt)):
-                for key in keys:
-                    if receipt.generation == 0 or not self._exists(key):
-                        self.store.put(key, p.objects[key.table])
+                todo = [k for k in keys if receipt.generation == 0 or not self._exists(k)]
+                if len(todo) == 1:
+                    self.store.put(todo[0], p.objects[todo[0].table])
+                else:  # independent objects: on S3 one round trip instead of one per table
+                    list(_PUTS.map(lambda k: self.store.put(k, p.objects[k.table]), todo))
                 return Landed("persisted", [self.store.uri(k) for k in keys])
             existing = self._receipt(p.source, p.sequence_number)
             if existing is None:  # raced with a clean-up; try again

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 from cdclake import events
@@ -24,6 +25,7 @@ from receiver.protocol import ack, nack
 from receiver.ratelimit import RateLimiter
 
 log = logging.getLogger("cdclake.receiver")
+LANDING_SLOTS = 4
 
 
 @dataclass
@@ -87,6 +89,9 @@ class Service:
         self.idle.set()
         self._per_source: dict[str, int] = {}
         self.ws_connections: dict[str, int] = {}
+        # Decoded batches are ~10x their body in memory: bound how many exist at once. More
+        # landings in parallel would not be faster (one GIL), only bigger.
+        self.landing_slots = anyio.CapacityLimiter(LANDING_SLOTS)
 
     # ------------------------------------------------------------------ checks
 
@@ -228,8 +233,13 @@ class Service:
                 cid,
             )
         self._per_source[batch.source] = n + 1
+        source, n_events = batch.source, len(batch.events)
+        box = [decoded]
+        # The worker thread drops the last reference: a big batch is freed off the event loop.
+        del decoded, batch
         try:
-            landed = await anyio.to_thread.run_sync(self._land, decoded)
+            async with self.landing_slots:
+                landed, tables = await anyio.to_thread.run_sync(self._land_box, box)
         except landing.SequenceError as exc:
             body = nack(
                 "invalid_sequence",
@@ -251,7 +261,7 @@ class Service:
             )
             return Answer(503, body, headers | {"Retry-After": "1"})
         except Exception as exc:
-            log.exception("landing batch %s of %r failed", seq, batch.source)
+            log.exception("landing batch %s of %r failed", seq, source)
             body = nack(
                 "internal_error",
                 f"could not land the batch: {type(exc).__name__}: {exc}",
@@ -262,21 +272,20 @@ class Service:
             )
             return Answer(503, body, headers | {"Retry-After": "1"})
         finally:
-            self._per_source[batch.source] -= 1
+            self._per_source[source] -= 1
         elapsed = time.perf_counter() - started
         self.metrics.observe("cdclake_receiver_landing_seconds", elapsed, transport=transport)
-        tables = sorted({ev.table.lower() for ev in batch.events})
         if landed.status != "duplicate":
-            self.metrics.inc("cdclake_receiver_events_total", len(batch.events))
+            self.metrics.inc("cdclake_receiver_events_total", n_events)
             self.backlog.add(tables)
             self.on_landed(tables)
         log.info(
             "batch landed",
             extra={
-                "source": batch.source,
+                "source": source,
                 "sequenceNumber": seq,
                 "status": landed.status,
-                "events": len(batch.events),
+                "events": n_events,
                 "tables": tables,
                 "ms": round(elapsed * 1000, 2),
                 "transport": transport,
@@ -286,7 +295,7 @@ class Service:
             seq,
             landed.status,
             cid,
-            eventsProcessed=len(batch.events),
+            eventsProcessed=n_events,
             bufferUtilization=round(self.backlog.utilization, 4),
             suggestedDelayMs=self.backlog.suggested_delay_ms() or None,
             persistedPath=landed.paths,
@@ -294,7 +303,8 @@ class Service:
         )
         return Answer(200, body, headers, tables)
 
-    def _land(self, decoded: decode.Decoded) -> landing.Landed:
+    def _land_box(self, box: list[decode.Decoded]) -> tuple[landing.Landed, list[str]]:
+        decoded = box.pop()
         assert decoded.batch is not None
         p = landing.Prepared.from_batch(decoded.batch)
-        return self.lander.land(p, check_sequence=not decoded.debezium)
+        return self.lander.land(p, check_sequence=not decoded.debezium), sorted(p.objects)

@@ -80,7 +80,10 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                     await ws.send_json(refusal(decode.too_large(settings.max_body_bytes, "message"), seq, cid).body)
                     continue
                 try:
-                    msg = decode_client_message(data)
+                    if len(data) > 65536:  # big frames: decode off the event loop
+                        msg = await anyio.to_thread.run_sync(decode_client_message, data)
+                    else:
+                        msg = decode_client_message(data)
                 except InvalidBatch as exc:
                     seq, cid = peek_ids(data)
                     await ws.send_json(
@@ -129,12 +132,14 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                         status_message(svc, source, lastAckSequence=last, correlationId=msg.correlationId)
                     )
                 elif isinstance(msg, CDCBatchMessage):
-                    batch = Batch(msg.sourceDoId, msg.sequenceNumber, msg.events)
+                    box = [Batch(msg.sourceDoId, msg.sequenceNumber, msg.events)]
+                    cid = msg.correlationId
+                    del msg  # the batch must be freed by the worker, not on the loop
 
-                    def build(b: Batch = batch) -> decode.Decoded:
-                        return decode.Decoded(b, False)
+                    def build(box: list[Batch] = box) -> decode.Decoded:
+                        return decode.Decoded(box.pop(), False)
 
-                    answer = await svc.submit(build, who, "ws", len(data), msg.correlationId)
+                    answer = await svc.submit(build, who, "ws", len(data), cid)
                     await ws.send_json(answer.body)
                 elif isinstance(msg, Heartbeat):
                     await ws.send_json(status_message(svc, source))
