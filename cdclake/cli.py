@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from cdclake.airflow_api import AirflowError
@@ -55,12 +56,27 @@ def post_workload(settings: Settings, batches: Sequence[dict[str, Any]], say: An
     return landed
 
 
-def run_apply(stack: Any, progress: bool = True) -> str:
+def run_apply(stack: Any, progress: bool = True, since: datetime | None = None, wait_event_s: float = 20.0) -> str:
+    """Wait for the cdc_apply run the receiver's Asset event started after ``since``; trigger
+    one over the REST API if none shows up (e.g. the DAG was not parsed yet)."""
     client = stack.airflow
     client.wait_dag("cdc_apply")
     client.unpause("cdc_apply")
-    run_id = client.trigger("cdc_apply")
-    stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
+    run_id = None
+    deadline = time.monotonic() + (wait_event_s if since else 0)
+    while time.monotonic() < deadline and run_id is None:
+        runs = client.json("GET", "/api/v2/dags/cdc_apply/dagRuns", params={"order_by": "-run_after", "limit": 5})
+        for r in runs["dag_runs"]:
+            after = datetime.fromisoformat(r["run_after"].replace("Z", "+00:00"))
+            if r["run_type"] == "asset_triggered" and since is not None and after >= since:
+                run_id = r["dag_run_id"]
+                stack.say(f"the receiver's Asset event started cdc_apply: run {run_id}")
+                break
+        else:
+            time.sleep(1)
+    if run_id is None:
+        run_id = client.trigger("cdc_apply")
+        stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
     return str(client.wait_run("cdc_apply", run_id, progress=stack.say if progress else None))
 
 
@@ -108,9 +124,10 @@ def demo(settings: Settings, keep_running: bool) -> int:
             f"batches, out-of-order events) over 3 tables to {settings.receiver_url}/v1/batches"
         )
         t0 = time.monotonic()
+        since = datetime.now(UTC)
         acked = post_workload(settings, w.batches, stack.say)
         stack.say(f"{len(acked)} batches landed (durable in staging) in {time.monotonic() - t0:.1f}s")
-        state = run_apply(stack)
+        state = run_apply(stack, since=since)
         if state != "success":
             stack.say(f"cdc_apply ended {state}; task logs: {stack.airflow_home / 'logs'}")
             return 1
