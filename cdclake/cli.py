@@ -123,6 +123,9 @@ def demo(settings: Settings, keep_running: bool) -> int:
             f"sending {len(w.batches)} batches ({w.events} events, {len(w.batches) - unique} duplicate "
             f"batches, out-of-order events) over 3 tables to {settings.receiver_url}/v1/batches"
         )
+        # Airflow must know the DAG (and so the Asset the receiver updates) before data lands.
+        stack.airflow.wait_dag("cdc_apply")
+        stack.airflow.unpause("cdc_apply")
         t0 = time.monotonic()
         since = datetime.now(UTC)
         acked = post_workload(settings, w.batches, stack.say)

@@ -22,6 +22,7 @@ log = logging.getLogger("cdclake.receiver")
 
 STAGING_ASSET_URI = staging.ASSET_URI
 APPLY_DAG = "cdc_apply"
+RETRY_S = 5.0
 
 
 class Notifier:
@@ -55,7 +56,12 @@ class Notifier:
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self.metrics.inc("cdclake_receiver_notify_total", result="error")
-                log.warning("Airflow asset event failed (the fallback schedule still applies): %s", self.last_error)
+                log.warning("Airflow asset event failed, retrying in %ss: %s", RETRY_S, self.last_error)
+                # Keep the tables and try again: Airflow may be starting, or the DAG not parsed yet.
+                self._pending.update(tables)
+                self._asset_id = None
+                await asyncio.sleep(RETRY_S)
+                self._wake.set()
 
     # ------------------------------------------------------------------ blocking helpers
 
