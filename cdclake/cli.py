@@ -56,28 +56,53 @@ def post_workload(settings: Settings, batches: Sequence[dict[str, Any]], say: An
     return landed
 
 
-def run_apply(stack: Any, progress: bool = True, since: datetime | None = None, wait_event_s: float = 20.0) -> str:
-    """Wait for the cdc_apply run the receiver's Asset event started after ``since``; trigger
-    one over the REST API if none shows up (e.g. the DAG was not parsed yet)."""
+def run_apply(stack: Any, progress: bool = True) -> str:
+    """Trigger cdc_apply over the REST API and follow that run."""
     client = stack.airflow
     client.wait_dag("cdc_apply")
     client.unpause("cdc_apply")
-    run_id = None
-    deadline = time.monotonic() + (wait_event_s if since else 0)
-    while time.monotonic() < deadline and run_id is None:
-        runs = client.json("GET", "/api/v2/dags/cdc_apply/dagRuns", params={"order_by": "-run_after", "limit": 5})
-        for r in runs["dag_runs"]:
-            after = datetime.fromisoformat(r["run_after"].replace("Z", "+00:00"))
-            if r["run_type"] == "asset_triggered" and since is not None and after >= since:
-                run_id = r["dag_run_id"]
-                stack.say(f"the receiver's Asset event started cdc_apply: run {run_id}")
-                break
-        else:
-            time.sleep(1)
-    if run_id is None:
-        run_id = client.trigger("cdc_apply")
-        stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
+    run_id = client.trigger("cdc_apply")
+    stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
     return str(client.wait_run("cdc_apply", run_id, progress=stack.say if progress else None))
+
+
+def follow_apply(stack: Any, since: datetime, timeout: float = 600.0, trigger_after_s: float = 30.0) -> str:
+    """Follow cdc_apply until nothing landed is pending; ``failed`` if a run since ``since`` failed.
+
+    The receiver's Asset event schedules the runs (queued while another run is active); a run is
+    triggered over the REST API only if none is active or queued after ``trigger_after_s``.
+    """
+    from cdclake.catalog import pending_tables
+
+    client = stack.airflow
+    t0 = time.monotonic()
+    last = ""
+    triggered = False
+    while time.monotonic() - t0 < timeout:
+        runs = client.json("GET", "/api/v2/dags/cdc_apply/dagRuns", params={"order_by": "-run_after", "limit": 10})
+        recent = [r for r in runs["dag_runs"] if datetime.fromisoformat(r["run_after"].replace("Z", "+00:00")) >= since]
+        if any(r["state"] == "failed" for r in recent):
+            return "failed"
+        active = [r for r in runs["dag_runs"] if r["state"] in ("queued", "running")]
+        q = client.request("GET", "/api/v2/dags/cdc_apply/assets/queuedEvents")
+        queued_by_asset = q.json().get("total_entries", 0) if q.status_code == 200 else 0
+        pending = pending_tables(stack.settings)
+        if not pending and not active:
+            return "success"
+        if not active and not queued_by_asset and not triggered and time.monotonic() - t0 > trigger_after_s:
+            client.trigger("cdc_apply")
+            triggered = True
+        run = active[-1] if active else None
+        line = f"pending staging objects {pending or 'none'}; " + (
+            f"cdc_apply {run['run_type']} run {run['state']}" if run else "waiting for a run"
+        )
+        if queued_by_asset:
+            line += " (an Asset event is queued: the next run starts when this one ends)"
+        if line != last:
+            stack.say(f"[{time.monotonic() - t0:5.0f}s] {line}")
+            last = line
+        time.sleep(2)
+    raise TimeoutError(f"cdc_apply did not apply everything within {timeout:.0f}s")
 
 
 def sql(settings: Settings, statements: Sequence[str], rows: int = 50) -> None:
@@ -130,7 +155,8 @@ def demo(settings: Settings, keep_running: bool) -> int:
         since = datetime.now(UTC)
         acked = post_workload(settings, w.batches, stack.say)
         stack.say(f"{len(acked)} batches landed (durable in staging) in {time.monotonic() - t0:.1f}s")
-        state = run_apply(stack, since=since)
+        stack.say("the receiver's Asset event schedules cdc_apply; following it until nothing is pending")
+        state = follow_apply(stack, since)
         if state != "success":
             stack.say(f"cdc_apply ended {state}; task logs: {stack.airflow_home / 'logs'}")
             return 1
