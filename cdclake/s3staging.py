@@ -158,6 +158,9 @@ class S3Staging:
         with resp["Body"] as body:
             return bytes(body.read())
 
+    def delete(self, path: str) -> None:
+        self._s3.delete_object(Bucket=self.bucket, Key=self._key(path))
+
     def exists(self, path: str) -> bool:
         try:
             self._s3.head_object(Bucket=self.bucket, Key=self._key(path))

@@ -135,6 +135,10 @@ class Store(Protocol):
         ...
 
     def exists(self, path: str) -> bool: ...
+    def delete(self, path: str) -> None:
+        """Remove ``path`` if it exists (staging clean-up)."""
+        ...
+
     def list_names(self, prefix: str) -> builtins.list[str]:
         """Names (not paths) of the objects directly under folder ``prefix`` (ends with ``/``), sorted."""
         ...
@@ -201,6 +205,9 @@ class LocalStaging:
 
     def exists(self, path: str) -> bool:
         return (self.root / path).is_file()
+
+    def delete(self, path: str) -> None:
+        (self.root / path).unlink(missing_ok=True)
 
     def list_names(self, prefix: str) -> list[str]:
         try:

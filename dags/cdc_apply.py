@@ -20,9 +20,10 @@ DOC = """
 ### cdc_apply
 
 Runs when the receiver lands data (it updates the `cdclake://staging` Asset through the REST
-API) and every 5 minutes as a fallback. Finds the tables whose staging folder holds objects the table has not consumed yet (the
-consumed-staging watermark lives in the Iceberg snapshot summary, read here with pyiceberg), then
-runs `spark_jobs/apply.py` once per table through **spark-submit** (dynamic task mapping).
+API) and every 5 minutes as a fallback. Finds the tables whose staging folder holds objects the
+table has not consumed yet (the consumed-staging watermark lives in the Iceberg snapshot
+summary, read here with pyiceberg), then runs `spark_jobs/apply.py` once per table through
+**spark-submit** (dynamic task mapping).
 
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and

@@ -37,3 +37,26 @@ def test_cdc_apply_never_runs_twice_at_once_and_has_its_params(dagbag) -> None: 
     assert {"tables", "max_objects"} <= set(dag.params)
     assert {t.task_id for t in dag.tasks} == {"plan", "apply"}
     assert dag.get_task("apply").upstream_task_ids == {"plan"}
+
+
+def test_maintenance_dags_have_their_params_and_order(dagbag) -> None:  # type: ignore[no-untyped-def]
+    comp = dagbag.dags["iceberg_compaction"]
+    assert {"tables", "target_file_size_bytes", "min_input_files", "partial_progress", "where"} <= set(comp.params)
+    assert comp.get_task("compact").upstream_task_ids == {"candidates"}
+    exp = dagbag.dags["iceberg_expire"]
+    assert {"retain_last", "snapshot_max_age_hours", "orphan_min_age_hours", "dry_run"} <= set(exp.params)
+    assert exp.get_task("clean_staging").upstream_task_ids == {"expire"}
+    for dag in (comp, exp):
+        assert (dag.max_active_runs == 1 and dag.schedule is not None) or dag.timetable is not None
+
+
+def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from cdclake.staging import ASSET_NAME
+
+    dag = dagbag.dags["cdc_apply"]
+    names = (
+        {a.name for a in dag.timetable.asset_condition.iter_assets().values()}
+        if hasattr(dag.timetable.asset_condition, "iter_assets")
+        else set()
+    )
+    assert ASSET_NAME in names or ASSET_NAME in repr(dag.timetable.asset_condition)

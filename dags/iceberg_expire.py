@@ -1,0 +1,135 @@
+"""iceberg_expire: expire old snapshots, remove orphan files, delete applied staging objects."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Param, dag, get_current_context, task
+
+log = logging.getLogger(__name__)
+
+DOC = """
+### iceberg_expire
+
+Daily housekeeping, every time keyed on the run's **data interval end** (never `now()`), so a
+re-run of the same interval does the same thing:
+
+1. per table (`spark_jobs/maintain.py expire`, under the table lock): `expire_snapshots` older than
+   `interval end - snapshot_max_age_hours`, keeping the last `retain_last` snapshots **and** the
+   newest snapshot that carries the apply watermark (the apply job resumes from it);
+   `remove_orphan_files` older than `interval end - orphan_min_age_hours` (at least 72 h: younger
+   files may belong to a commit in flight), or only listed with `dry_run`;
+2. `clean_staging`: deletes staging objects every table has consumed (per its watermark) and that
+   landed more than `staging_retention_hours` before the interval end, and receipts of batches
+   whose objects are all gone — keeping each producer's newest receipt, so its batch numbering
+   survives.
+
+**Params:** `tables`, `retain_last`, `snapshot_max_age_hours`, `orphan_min_age_hours`,
+`staging_retention_hours`, `dry_run`.
+"""
+
+MIN_ORPHAN_AGE_H = 72
+
+
+def _log_failure(context: dict[str, Any]) -> None:
+    ti = context.get("task_instance")
+    log.error(
+        "iceberg_expire failed: task=%s map_index=%s try=%s reason=%s",
+        getattr(ti, "task_id", "?"),
+        getattr(ti, "map_index", "?"),
+        getattr(ti, "try_number", "?"),
+        context.get("exception"),
+    )
+
+
+@dag(
+    dag_id="iceberg_expire",
+    schedule="30 3 * * *",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["cdclake", "maintenance", "iceberg"],
+    default_args={
+        "owner": "cdclake",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "execution_timeout": timedelta(hours=2),
+        "on_failure_callback": _log_failure,
+    },
+    params={
+        "tables": Param([], type="array", items={"type": "string"}, description="Tables; empty = all"),
+        "retain_last": Param(5, type="integer", minimum=1, description="Snapshots always kept"),
+        "snapshot_max_age_hours": Param(120, type="integer", minimum=0, description="Expire older snapshots"),
+        "orphan_min_age_hours": Param(
+            MIN_ORPHAN_AGE_H,
+            type="integer",
+            minimum=MIN_ORPHAN_AGE_H,
+            description="Only files older than this can be orphans (>= 72)",
+        ),
+        "staging_retention_hours": Param(24, type="integer", minimum=0, description="Keep applied staging this long"),
+        "dry_run": Param(False, type="boolean", description="Only list orphans and staging to delete"),
+    },
+)
+def iceberg_expire() -> None:
+    @task
+    def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        from cdclake.catalog import open_catalog
+        from cdclake.settings import load
+        from cdclake.submit import submit_kwargs
+
+        p = params or {}
+        settings = load()
+        end = get_current_context()["data_interval_end"]
+        older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", 120)))
+        orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
+        try:
+            names = sorted(i[-1] for i in open_catalog(settings).list_tables(settings.namespace))
+        except Exception as exc:
+            if type(exc).__name__ != "NoSuchNamespaceError":
+                raise
+            names = []
+        only = {t.lower() for t in p.get("tables") or []}
+        out = []
+        for t in names:
+            if only and t not in only:
+                continue
+            args = [
+                "expire",
+                "--table",
+                t,
+                "--older-than",
+                older.isoformat(),
+                "--retain-last",
+                str(int(p.get("retain_last", 5))),
+                "--orphans-older-than",
+                orphans.isoformat(),
+            ]
+            if p.get("dry_run"):
+                args.append("--dry-run")
+            out.append(submit_kwargs(settings, "spark_jobs.maintain", args, f"expire-{t}"))
+        return out
+
+    @task
+    def clean_staging(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        from cdclake.cleanup import clean_staging as clean
+        from cdclake.settings import load
+
+        p = params or {}
+        end = get_current_context()["data_interval_end"]
+        cutoff_ms = int((end - timedelta(hours=int(p.get("staging_retention_hours", 24)))).timestamp() * 1000)
+        result = clean(load(), cutoff_ms, dry_run=bool(p.get("dry_run")))
+        log.info("staging clean-up: %s", result)
+        return result
+
+    expire = SparkSubmitOperator.partial(
+        task_id="expire", conn_id="spark_default", max_active_tis_per_dagrun=1
+    ).expand_kwargs(plan())
+    expire >> clean_staging()
+
+
+iceberg_expire()

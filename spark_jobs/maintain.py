@@ -1,0 +1,221 @@
+"""Table maintenance: compaction and snapshot expiry, one table per run, under the table's lock.
+
+    spark-submit ... spark_jobs/maintain.py compact --table orders [--target-file-size-bytes N]
+        [--min-input-files 5] [--where "id > 10"] [--no-partial-progress]
+    spark-submit ... spark_jobs/maintain.py expire --table orders --older-than 2026-11-20T00:00:00Z
+        [--retain-last 5] [--orphans-older-than 2026-11-17T00:00:00Z] [--dry-run]
+
+Both take the per-table lock (cdclake.locks) that the apply job takes, so a rewrite never commits
+blindly against a concurrent apply (apache/iceberg #4996); a commit conflict is retried.
+Expiry never removes the snapshot that carries the table's newest consumed-staging watermark,
+so the apply job can always find where it stands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pyspark.sql import SparkSession
+
+from cdclake.locks import table_lock
+from cdclake.settings import Settings, load
+from cdclake.watermark import SUMMARY_KEY
+
+T = TypeVar("T")
+TARGET_FILE_SIZE = 128 * 1024 * 1024  # the seed's targetFileSizeBytes
+MIN_INPUT_FILES = 5  # the seed's minFilesToCompact
+
+
+def _conflict(exc: BaseException) -> bool:
+    text = str(exc)
+    return "CommitFailedException" in text or "ValidationException" in text
+
+
+def with_retries(what: str, fn: Callable[[], T], attempts: int = 3) -> T:
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts or not _conflict(exc):
+                raise
+            print(f"cdclake: commit conflict in {what} (attempt {attempt}), retrying", file=sys.stderr)
+            time.sleep(attempt)
+    raise AssertionError("unreachable")
+
+
+def _rows(spark: SparkSession, sql: str) -> list[dict[str, Any]]:
+    return [r.asDict() for r in spark.sql(sql).collect()]
+
+
+def _options(values: dict[str, Any]) -> str:
+    return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in values.items()) + ")"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def compact(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    target_file_size: int = TARGET_FILE_SIZE,
+    min_input_files: int = MIN_INPUT_FILES,
+    partial_progress: bool = True,
+    where: str | None = None,
+) -> dict[str, Any]:
+    """rewrite_data_files (sort when the table has a sort order, else binpack), then
+    rewrite_position_delete_files and rewrite_manifests."""
+    c, ident = settings.catalog_name, f"{settings.namespace}.{table}"
+    sorted_table = _has_sort_order(spark, f"{c}.{ident}")
+    opts = {
+        "target-file-size-bytes": target_file_size,
+        "min-input-files": min_input_files,
+        "partial-progress.enabled": str(partial_progress).lower(),
+        # Rewrite the files that carry deletes too: merge-on-read leaves them behind.
+        "delete-file-threshold": 1,
+    }
+    args = [f"table => {_quote(ident)}", f"strategy => '{'sort' if sorted_table else 'binpack'}'"]
+    args.append(f"options => {_options(opts)}")
+    if where:
+        args.append(f"where => {_quote(where)}")
+    out: dict[str, Any] = {"table": table, "strategy": "sort" if sorted_table else "binpack"}
+    with table_lock(settings, table, "compaction", say=print) as owner:
+        out["lock"] = owner
+        data = with_retries(
+            f"rewrite_data_files {table}",
+            lambda: _rows(spark, f"CALL {c}.system.rewrite_data_files({', '.join(args)})"),
+        )
+        out["data_files"] = data[0] if data else {}
+        deletes = with_retries(
+            f"rewrite_position_delete_files {table}",
+            lambda: _rows(
+                spark,
+                f"CALL {c}.system.rewrite_position_delete_files(table => {_quote(ident)}, "
+                f"options => map('rewrite-all', 'true'))",
+            ),
+        )
+        out["position_delete_files"] = deletes[0] if deletes else {}
+        manifests = with_retries(
+            f"rewrite_manifests {table}",
+            lambda: _rows(spark, f"CALL {c}.system.rewrite_manifests(table => {_quote(ident)})"),
+        )
+        out["manifests"] = manifests[0] if manifests else {}
+    return out
+
+
+def _has_sort_order(spark: SparkSession, full_ident: str) -> bool:
+    props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {full_ident}").collect()}
+    return bool(props.get("sort-order")) and props.get("sort-order") != "[]"
+
+
+def watermark_snapshot(spark: SparkSession, full_ident: str) -> tuple[int, datetime] | None:
+    """Id and commit time of the newest snapshot in the current ancestry carrying a watermark."""
+    rows = spark.sql(
+        f"SELECT s.snapshot_id, s.committed_at FROM {full_ident}.snapshots s "
+        f"JOIN {full_ident}.history h ON s.snapshot_id = h.snapshot_id "
+        f"WHERE h.is_current_ancestor AND s.summary['{SUMMARY_KEY}'] IS NOT NULL "
+        "ORDER BY s.committed_at DESC LIMIT 1"
+    ).collect()
+    return (int(rows[0][0]), rows[0][1]) if rows else None
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def expire(
+    spark: SparkSession,
+    settings: Settings,
+    table: str,
+    older_than: datetime,
+    retain_last: int = 5,
+    orphans_older_than: datetime | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """expire_snapshots older than ``older_than`` (from the DAG's data interval, never now()),
+    keeping ``retain_last`` and the newest watermark snapshot; then remove_orphan_files."""
+    c, ident = settings.catalog_name, f"{settings.namespace}.{table}"
+    full = f"{c}.{ident}"
+    out: dict[str, Any] = {"table": table, "dry_run": dry_run}
+    with table_lock(settings, table, "expiry", say=print) as owner:
+        out["lock"] = owner
+        wm = watermark_snapshot(spark, full)
+        cutoff = older_than
+        if wm is not None:
+            # Snapshots older than the cutoff go; the watermark snapshot must not be one of them.
+            wm_time = wm[1].replace(tzinfo=UTC) if wm[1].tzinfo is None else wm[1]
+            cutoff = min(older_than.astimezone(UTC), wm_time)
+            out["watermark_snapshot"] = wm[0]
+        out["expire_older_than"] = cutoff.isoformat()
+        if not dry_run:
+            res = with_retries(
+                f"expire_snapshots {table}",
+                lambda: _rows(
+                    spark,
+                    f"CALL {c}.system.expire_snapshots(table => {_quote(ident)}, "
+                    f"older_than => TIMESTAMP '{_ts(cutoff)}', retain_last => {retain_last})",
+                ),
+            )
+            out["expired"] = res[0] if res else {}
+        if orphans_older_than is not None:
+            orphans = _rows(
+                spark,
+                f"CALL {c}.system.remove_orphan_files(table => {_quote(ident)}, "
+                f"older_than => TIMESTAMP '{_ts(orphans_older_than)}', dry_run => {str(dry_run).lower()})",
+            )
+            out["orphan_files"] = [r["orphan_file_location"] for r in orphans]
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="spark_jobs.maintain", description=(__doc__ or "").splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    cp = sub.add_parser("compact")
+    cp.add_argument("--table", required=True)
+    cp.add_argument("--target-file-size-bytes", type=int, default=TARGET_FILE_SIZE)
+    cp.add_argument("--min-input-files", type=int, default=MIN_INPUT_FILES)
+    cp.add_argument("--where", default=None)
+    cp.add_argument("--no-partial-progress", action="store_true")
+    ep = sub.add_parser("expire")
+    ep.add_argument("--table", required=True)
+    ep.add_argument("--older-than", required=True, type=datetime.fromisoformat)
+    ep.add_argument("--retain-last", type=int, default=5)
+    ep.add_argument("--orphans-older-than", type=datetime.fromisoformat, default=None)
+    ep.add_argument("--dry-run", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    settings = load()
+    if args.command == "compact":
+        result = compact(
+            spark,
+            settings,
+            args.table,
+            args.target_file_size_bytes,
+            args.min_input_files,
+            not args.no_partial_progress,
+            args.where,
+        )
+    else:
+        result = expire(
+            spark, settings, args.table, args.older_than, args.retain_last, args.orphans_older_than, args.dry_run
+        )
+    print("CDCLAKE_RESULT " + json.dumps(result, sort_keys=True, default=str), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    _spark = SparkSession.builder.appName("cdclake-maintain").getOrCreate()
+    try:
+        main(_spark, sys.argv[1:])
+    finally:
+        _spark.stop()
