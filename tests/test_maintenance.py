@@ -1,0 +1,167 @@
+"""Table maintenance on real Spark + Iceberg tables: compaction after many small applies, expiry
+that keeps the watermark, orphan removal that removes only orphans, staging clean-up that deletes
+only applied objects, and the per-table lock. Results compared with the reference model."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake import locks, staging
+from cdclake.catalog import table_watermark
+from cdclake.cleanup import clean_staging
+from cdclake.health import compaction_candidates, table_health
+from cdclake.reference import diff, expected_tables
+from cdclake.settings import Settings
+from cdclake.spark import table_ident
+from cdclake.workload import generate
+from spark_jobs.maintain import compact, expire
+from tests.conftest import apply_all, fresh_settings, stage, table_rows
+
+pytestmark = pytest.mark.spark
+
+
+def many_small_applies(spark: Any, settings: Settings, runs: int = 12) -> list[dict[str, Any]]:
+    """One apply per small batch; new keys mostly, so each run adds a file."""
+    w = generate(
+        events=runs * 20, seed=5, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=runs * 15
+    )
+    for b in w.batches:
+        stage(settings, [b])
+        apply_all(spark, settings)
+    return w.batches
+
+
+def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
+    spark: Any, spark_home: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "tables.toml"
+    cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')  # updates leave delete files
+    settings = fresh_settings(spark_home, table_config=cfg)
+    batches = many_small_applies(spark, settings)
+    before = table_health(settings, "orders")
+    assert before is not None and before.data_files >= 5 and before.delete_files > 0
+    assert "orders" in compaction_candidates(settings, min_files=5)
+    wm = table_watermark(settings, "orders")
+    ident = table_ident(settings, "orders")
+    t0 = time.perf_counter()
+    spark.table(ident).collect()
+    scan_before = time.perf_counter() - t0
+
+    out = compact(spark, settings, "orders", min_input_files=2)
+    assert out["data_files"]["rewritten_data_files_count"] >= before.data_files - 1
+
+    after = table_health(settings, "orders")
+    assert after is not None and after.data_files <= 1 and after.delete_files == 0
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+    assert table_watermark(settings, "orders") == wm  # found behind the compaction snapshot
+    assert locks.holder(settings, "orders") is None  # released
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is False  # nothing pending, nothing applied twice
+    t0 = time.perf_counter()
+    spark.table(ident).collect()
+    print(f"full scan: {scan_before:.3f}s before, {time.perf_counter() - t0:.3f}s after compaction")
+
+
+def test_expiry_keeps_retain_last_and_the_watermark_snapshot(spark: Any, settings: Settings) -> None:
+    batches = many_small_applies(spark, settings, runs=4)
+    compact(spark, settings, "orders", min_input_files=2)
+    compact(spark, settings, "orders", min_input_files=1)  # a second maintenance snapshot
+    ident = table_ident(settings, "orders")
+    wm = table_watermark(settings, "orders")
+    snaps = spark.sql(f"SELECT snapshot_id, summary FROM {ident}.snapshots ORDER BY committed_at").collect()
+    assert len(snaps) >= 5 and "cdclake.watermark" not in snaps[-1][1]  # maintenance is current
+
+    out = expire(spark, settings, "orders", datetime.now(UTC) + timedelta(hours=1), retain_last=1)
+    snaps = spark.sql(f"SELECT snapshot_id, summary FROM {ident}.snapshots").collect()
+    ids = {r[0] for r in snaps}
+    # The current snapshot (retain_last=1) plus the newest one carrying the watermark.
+    assert out["watermark_snapshot"] in ids
+    assert len(ids) == 2
+    assert table_watermark(settings, "orders") == wm
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+
+
+def test_orphan_removal_removes_only_orphans(spark: Any, settings: Settings) -> None:
+    batches = many_small_applies(spark, settings, runs=2)
+    ident = table_ident(settings, "orders")
+    data_dir = Path(
+        spark.sql(f"SELECT file_path FROM {ident}.files LIMIT 1").collect()[0][0].removeprefix("file:")
+    ).parent
+    orphan = data_dir / "00000-orphan-from-a-failed-write.parquet"
+    orphan.write_bytes(b"PAR1 not really")
+    old = time.time() - 10 * 86400
+    os.utime(orphan, (old, old))
+    cutoff = datetime.now(UTC) - timedelta(days=3)
+
+    dry = expire(spark, settings, "orders", cutoff, orphans_older_than=cutoff, dry_run=True)
+    assert [p for p in dry["orphan_files"] if p.endswith(orphan.name)] and orphan.exists()
+    real = expire(spark, settings, "orders", cutoff, orphans_older_than=cutoff)
+    assert len(real["orphan_files"]) == 1 and not orphan.exists()
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+
+
+def test_staging_clean_up_deletes_only_applied_objects_and_spent_receipts(spark: Any, spark_home: Path) -> None:
+    settings = fresh_settings(spark_home)
+    store = staging.LocalStaging(settings.staging_dir)
+    w = generate(events=120, seed=9, tables=("orders",), batch_size=20, duplicate_every=0)
+    stage(settings, w.batches[:4])
+    apply_all(spark, settings)
+    stage(settings, w.batches[4:])  # landed, not applied
+    for b in w.batches:  # receipts as the receiver writes them
+        keys = [k.path for k in store.list("orders") if k.batch_sequence == b["sequenceNumber"]]
+        store.put_if_absent(
+            staging.receipt_path(b["source"], b["sequenceNumber"]),
+            ('{"keys": %s}' % str(keys).replace("'", '"')).encode(),
+        )
+    future = int((time.time() + 3600) * 1000)
+    dry = clean_staging(settings, future, dry_run=True)
+    assert dry["objects_deleted"] == 4 and len(list(store.list("orders"))) == 6
+    out = clean_staging(settings, future)
+    left = list(store.list("orders"))
+    assert out["objects_deleted"] == 4 and out["objects_not_yet_applied"] == 2
+    assert sorted(k.batch_sequence for k in left) == [5, 6]
+    receipts = store.list_names(staging.receipt_prefix("shop-db"))
+    assert [staging.parse_receipt_name(n)[0] for n in receipts] == [5, 6]  # type: ignore[index]
+    # What is left still applies, exactly once.
+    apply_all(spark, settings)
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, table_ident(settings, "orders")))
+    # Too recent objects stay even when applied.
+    assert clean_staging(settings, 0)["objects_deleted"] == 0
+
+
+def test_table_lock_is_exclusive_waits_and_expires(spark_home: Path) -> None:
+    settings = fresh_settings(spark_home)
+    assert locks.try_acquire(settings, "t", "a", ttl_s=60)
+    assert not locks.try_acquire(settings, "t", "b", ttl_s=60)
+    assert locks.holder(settings, "t") == "a"
+    locks.release(settings, "t", "b")  # not b's: nothing happens
+    assert locks.holder(settings, "t") == "a"
+    locks.release(settings, "t", "a")
+    assert locks.try_acquire(settings, "t", "dead", ttl_s=0.5)
+    time.sleep(0.6)  # its holder died: the row expires
+    order: list[str] = []
+
+    def worker(name: str) -> None:
+        with locks.table_lock(settings, "t", name, wait_s=30, ttl_s=5):
+            order.append(f"{name}-in")
+            time.sleep(0.3)
+            order.append(f"{name}-out")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("x", "y", "z")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Never two holders at once: every "in" is followed by its own "out".
+    assert all(order[i].removesuffix("-in") == order[i + 1].removesuffix("-out") for i in range(0, 6, 2))
+    with pytest.raises(locks.LockTimeout):
+        with locks.table_lock(settings, "t", "p", wait_s=30):
+            with locks.table_lock(settings, "t", "q", wait_s=0.5):
+                pass
