@@ -4,6 +4,7 @@ only applied objects, and the per-table lock. Results compared with the referenc
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -118,7 +119,7 @@ def test_staging_clean_up_deletes_only_applied_objects_and_spent_receipts(spark:
         keys = [k.path for k in store.list("orders") if k.batch_sequence == b["sequenceNumber"]]
         store.put_if_absent(
             staging.receipt_path(b["source"], b["sequenceNumber"]),
-            ('{"keys": %s}' % str(keys).replace("'", '"')).encode(),
+            json.dumps({"keys": keys}).encode(),
         )
     future = int((time.time() + 3600) * 1000)
     dry = clean_staging(settings, future, dry_run=True)
@@ -161,7 +162,9 @@ def test_table_lock_is_exclusive_waits_and_expires(spark_home: Path) -> None:
         t.join()
     # Never two holders at once: every "in" is followed by its own "out".
     assert all(order[i].removesuffix("-in") == order[i + 1].removesuffix("-out") for i in range(0, 6, 2))
-    with pytest.raises(locks.LockTimeout):
-        with locks.table_lock(settings, "t", "p", wait_s=30):
-            with locks.table_lock(settings, "t", "q", wait_s=0.5):
-                pass
+    with (
+        pytest.raises(locks.LockTimeout),
+        locks.table_lock(settings, "t", "p", wait_s=30),
+        locks.table_lock(settings, "t", "q", wait_s=0.5),
+    ):
+        pass
