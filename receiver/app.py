@@ -190,6 +190,16 @@ def create_app(settings: Settings) -> Starlette:
     async def metrics(request: Request) -> Response:
         svc = service_of(request)
         svc.metrics.set("cdclake_receiver_connections", sum(stream.connected(svc).values()))
+        now = time.time()
+        for table, h in svc.backlog.health.items():
+            m = svc.metrics
+            if h["valid_through_ms"] is not None:
+                m.set("cdclake_table_valid_through_seconds", h["valid_through_ms"] / 1000, table=table)
+                m.set("cdclake_table_freshness_lag_seconds", now - h["valid_through_ms"] / 1000, table=table)
+            if h["last_commit_ms"] is not None:
+                m.set("cdclake_table_last_commit_seconds", h["last_commit_ms"] / 1000, table=table)
+            for key in ("data_files", "small_files", "delete_files", "snapshots", "rows"):
+                m.set(f"cdclake_table_{key}", h[key], table=table)
         return PlainTextResponse(svc.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def flush(request: Request) -> Response:

@@ -8,11 +8,14 @@ counts one more object, so a burst is seen before the next refresh.
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
 from cdclake import staging
 from cdclake.settings import Settings
 
 log = logging.getLogger("cdclake.receiver")
+HEALTH_EVERY_S = 60.0
 
 
 class Backlog:
@@ -21,6 +24,8 @@ class Backlog:
         self.store = store
         self.per_table: dict[str, int] = {}
         self.error: str | None = None
+        self.health: dict[str, dict[str, Any]] = {}
+        self._health_at = 0.0
 
     @property
     def total(self) -> int:
@@ -51,3 +56,20 @@ class Backlog:
         except Exception as exc:  # a missing catalog or an unreachable store must not stop intake
             self.error = f"{type(exc).__name__}: {exc}"
             log.warning("backlog refresh failed: %s", self.error)
+        if time.monotonic() - self._health_at >= HEALTH_EVERY_S:
+            self._health_at = time.monotonic()
+            self.refresh_health()
+
+    def refresh_health(self) -> None:
+        """Table health and freshness (manifests only, no data read), for /metrics."""
+        from cdclake.health import cdc_tables, table_health
+
+        try:
+            out = {}
+            for table in cdc_tables(self.settings):
+                h = table_health(self.settings, table)
+                if h is not None:
+                    out[table] = h.as_dict()
+            self.health = out
+        except Exception as exc:
+            log.warning("table health refresh failed: %s: %s", type(exc).__name__, exc)

@@ -20,6 +20,11 @@ def _labels(lv: LabelValues, extra: str = "") -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
+def _num(v: float) -> str:
+    """Full precision (unix timestamps need 10+ digits); integers without a fraction."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
 def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -62,13 +67,13 @@ class Metrics:
                     for bound, n in zip(LATENCY_BUCKETS, h, strict=False):
                         acc += n
                         le = f'le="{bound:g}"'
-                        out.append(f"{name}_bucket{_labels(lv, le)} {acc:g}")
+                        out.append(f"{name}_bucket{_labels(lv, le)} {_num(acc)}")
                     acc += h[len(LATENCY_BUCKETS)]
                     inf = 'le="+Inf"'
-                    out.append(f"{name}_bucket{_labels(lv, inf)} {acc:g}")
-                    out.append(f"{name}_count{_labels(lv)} {acc:g}")
-                    out.append(f"{name}_sum{_labels(lv)} {h[-1]:g}")
+                    out.append(f"{name}_bucket{_labels(lv, inf)} {_num(acc)}")
+                    out.append(f"{name}_count{_labels(lv)} {_num(acc)}")
+                    out.append(f"{name}_sum{_labels(lv)} {_num(h[-1])}")
             else:
                 for lv, v in sorted(self._values[name].items()):
-                    out.append(f"{name}{_labels(lv)} {v:g}")
+                    out.append(f"{name}{_labels(lv)} {_num(v)}")
         return "\n".join(out) + "\n"

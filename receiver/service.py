@@ -64,6 +64,14 @@ def describe_metrics(m: Metrics) -> None:
     m.describe("cdclake_receiver_spool_batches", "gauge", "Batches waiting in the fallback spool.")
     m.describe("cdclake_receiver_connections", "gauge", "Open WebSocket connections.")
     m.describe("cdclake_receiver_notify_total", "counter", "Airflow Asset events sent, by result.")
+    m.describe("cdclake_table_valid_through_seconds", "gauge", "Newest applied event time per table (unix s).")
+    m.describe("cdclake_table_freshness_lag_seconds", "gauge", "Now minus valid-through: how stale a table is.")
+    m.describe("cdclake_table_last_commit_seconds", "gauge", "Time of the table's current snapshot (unix s).")
+    m.describe("cdclake_table_data_files", "gauge", "Live data files per table.")
+    m.describe("cdclake_table_small_files", "gauge", "Data files under 75% of the target size.")
+    m.describe("cdclake_table_delete_files", "gauge", "Live delete files (merge-on-read) per table.")
+    m.describe("cdclake_table_snapshots", "gauge", "Snapshots in the table's metadata.")
+    m.describe("cdclake_table_rows", "gauge", "Rows in live data files (before deletes).")
 
 
 class Service:

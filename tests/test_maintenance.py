@@ -168,3 +168,26 @@ def test_table_lock_is_exclusive_waits_and_expires(spark_home: Path) -> None:
         locks.table_lock(settings, "t", "q", wait_s=0.5),
     ):
         pass
+
+
+def test_table_health_and_freshness_reach_the_receivers_metrics(spark: Any, spark_home: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from receiver.app import create_app
+
+    settings = fresh_settings(spark_home)
+    batches = many_small_applies(spark, settings, runs=2)
+    newest_ms = max(e["timestamp"] for b in batches for e in b["events"] if e["operation"] != "DELETE")
+    with TestClient(create_app(settings)) as c:
+        c.app.state.service.backlog.refresh_health()
+        text = c.get("/metrics").text
+    metrics = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith("cdclake_table_")
+    }
+    assert metrics['cdclake_table_data_files{table="orders"}'] >= 1
+    assert metrics['cdclake_table_snapshots{table="orders"}'] == 2
+    # valid-through: the newest applied event time, from the manifests' _cdc_ts upper bounds
+    assert metrics['cdclake_table_valid_through_seconds{table="orders"}'] <= newest_ms / 1000
+    assert metrics['cdclake_table_valid_through_seconds{table="orders"}'] > newest_ms / 1000 - 60
+    assert metrics['cdclake_table_freshness_lag_seconds{table="orders"}'] > 0
+    assert not any("__changes" in k for k in metrics)  # side tables are not CDC tables
