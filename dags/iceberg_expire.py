@@ -34,6 +34,16 @@ re-run of the same interval does the same thing:
 MIN_ORPHAN_AGE_H = 72
 
 
+def _interval_end() -> datetime:
+    """The run's data interval end; a manual run (no interval in Airflow 3) uses its run_after.
+    Either is fixed for the run, so a retry or re-run computes the same cutoffs."""
+    ctx = get_current_context()
+    end = ctx.get("data_interval_end")
+    if end is None:
+        end = ctx["dag_run"].run_after
+    return end  # type: ignore[no-any-return]
+
+
 def _log_failure(context: dict[str, Any]) -> None:
     ti = context.get("task_instance")
     log.error(
@@ -84,7 +94,7 @@ def iceberg_expire() -> None:
 
         p = params or {}
         settings = load()
-        end = get_current_context()["data_interval_end"]
+        end = _interval_end()
         older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", 120)))
         orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
         try:
@@ -120,7 +130,7 @@ def iceberg_expire() -> None:
         from cdclake.settings import load
 
         p = params or {}
-        end = get_current_context()["data_interval_end"]
+        end = _interval_end()
         cutoff_ms = int((end - timedelta(hours=int(p.get("staging_retention_hours", 24)))).timestamp() * 1000)
         result = clean(load(), cutoff_ms, dry_run=bool(p.get("dry_run")))
         log.info("staging clean-up: %s", result)
