@@ -191,3 +191,47 @@ def test_table_health_and_freshness_reach_the_receivers_metrics(spark: Any, spar
     assert metrics['cdclake_table_valid_through_seconds{table="orders"}'] > newest_ms / 1000 - 60
     assert metrics['cdclake_table_freshness_lag_seconds{table="orders"}'] > 0
     assert not any("__changes" in k for k in metrics)  # side tables are not CDC tables
+
+
+def test_compaction_and_apply_running_concurrently_on_one_table(spark: Any, spark_home: Path, tmp_path: Path) -> None:
+    """Two threads, two Spark sessions (separate SQL confs: the apply sets snapshot properties on
+    its session), one table: applies and compactions interleave under the table lock; both
+    always finish and the table matches the reference model."""
+    from spark_jobs.apply import apply_with_retries
+
+    cfg = tmp_path / "tables.toml"
+    cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')
+    settings = fresh_settings(spark_home, table_config=cfg)
+    w = generate(events=240, seed=77, tables=("orders",), batch_size=30, duplicate_every=0, keys_per_table=80)
+    stage(settings, w.batches[:1])
+    apply_with_retries(spark, settings, "orders", 10_000)
+    maint = spark.newSession()
+    errors: list[BaseException] = []
+    compactions: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def compactor() -> None:
+        try:
+            while not done.is_set():
+                compactions.append(compact(maint, settings, "orders", min_input_files=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=compactor)
+    t.start()
+    try:
+        for b in w.batches[1:]:
+            stage(settings, [b])
+            seen = len(compactions)
+            apply_with_retries(spark, settings, "orders", 10_000)  # the compactor waits on the lock
+            deadline = time.monotonic() + 120
+            while len(compactions) == seen and not errors and time.monotonic() < deadline:
+                time.sleep(0.2)  # let a compaction in before the next apply queues behind it
+    finally:
+        done.set()
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(compactions) >= len(w.batches) - 1
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, table_ident(settings, "orders")))
+    changes = spark.table(table_ident(settings, "orders__changes"))
+    assert changes.count() == changes.select("_cdc_source", "_cdc_seq").distinct().count()
