@@ -150,11 +150,23 @@ def final_rows(base: pa.Table, latest: pa.Table) -> pa.Table:
     return pa.concat_tables([kept, new.cast(kept.schema)])
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its children (the Spark JVM) so far."""
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any, float]:
     with peak_rss() as rss:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         out = fn()
         dt = time.perf_counter() - t0
+    print(f"[bench] cpu {cpu_seconds() - c0:.1f}s over {dt:.1f}s wall", flush=True)
     return dt, out, rss["peak_mib"]
 
 
@@ -164,10 +176,28 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=60_000)
     ap.add_argument("--base-rows", type=int, default=200_000)
     ap.add_argument("--skip", default="", help="comma list of a,b,c to skip")
+    ap.add_argument(
+        "--pad-rows",
+        type=int,
+        default=0,
+        help="extra rows in (a)'s table, keys the batch never touches: table-size growth with the same batch",
+    )
+    ap.add_argument("--merge-mode", default=None, help="(a)'s table: copy-on-write or merge-on-read (default: ours)")
+    ap.add_argument("--partition-by", default="", help="(a)'s table: ';'-separated transforms, e.g. 'bucket(8, k)'")
+    ap.add_argument("--conf", action="append", default=[], help="(a)'s Spark session: KEY=VALUE, repeatable")
+    ap.add_argument(
+        "--cpu-phases", action="store_true", help="(a)'s phases in CPU seconds of the process tree (busy machines)"
+    )
     args = ap.parse_args()
     skip = set(args.skip.split(",")) - {""}
     home = Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
     os.environ["CDCLAKE_HOME"] = str(home)
+    if args.merge_mode or args.partition_by:
+        parts = [p.strip() for p in args.partition_by.split(";") if p.strip()]
+        lines = [f"partition_by = {json.dumps(parts)}"]
+        lines += [f'merge_mode = "{args.merge_mode}"'] if args.merge_mode else []
+        (home / "tables.toml").write_text("[defaults]\n" + "\n".join(lines) + "\n")
+        os.environ["CDCLAKE_TABLE_CONFIG"] = str(home / "tables.toml")
     settings = load()
     print(f"[bench] home {home}; generating {args.events} events over a {args.base_rows}-row table", flush=True)
     evs = workload(args.events, args.keys, args.base_rows)
@@ -211,11 +241,25 @@ def main() -> None:
         )
 
     if "a" not in skip:
+        import spark_jobs.apply as job
         from cdclake.spark import session, table_ident
-        from spark_jobs.apply import KEY, apply_table
+        from cdclake.tables import load_table_config
+        from spark_jobs.apply import KEY, apply_options, apply_table
+
+        if args.cpu_phases:
+
+            class CpuClock:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(time, name)
+
+                monotonic = staticmethod(cpu_seconds)
+
+            job.time = CpuClock()  # type: ignore[assignment]
 
         spark = session(settings, "cdclake-bench")
         spark.sparkContext.setLogLevel("ERROR")
+        for kv in args.conf:
+            spark.conf.set(*kv.split("=", 1))
         ident = table_ident(settings, "bench")
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
         spark.sql(
@@ -223,9 +267,23 @@ def main() -> None:
             "_cdc_seq bigint, _cdc_ts timestamp, _cdc_source string) USING iceberg"
         )
         spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
+        # As the job configures a new table, before any data (partition fields then cover the base rows).
+        apply_options(spark, ident, spark.table(ident).schema, load_table_config(settings).for_table("bench"))
         pq.write_table(base, home / "base.parquet")
         spark.conf.set("spark.sql.iceberg.check-nullability", "false")  # parquet columns are all nullable
         spark.read.parquet(str(home / "base.parquet")).writeTo(ident).append()
+        if args.pad_rows:
+            print(f"[bench] padding (a)'s table with {args.pad_rows} rows the batch never touches", flush=True)
+            spark.range(args.pad_rows).selectExpr(
+                f"cast(id + {10**12} as string) as {KEY}",
+                f"id + {10**12} as id",
+                "concat('name-', id) as name",
+                "id * 0.5 as amount",
+                "'pad' as status",
+                "0L as _cdc_seq",
+                f"timestamp_micros({T0_MS * 1000}L) as _cdc_ts",
+                "'base' as _cdc_source",
+            ).writeTo(ident).append()
         spark.conf.unset("spark.sql.iceberg.check-nullability")
         dt, res, rss = timed(lambda: apply_table(spark, settings, "bench", 10_000))
         results["a"] = (dt, rss)
