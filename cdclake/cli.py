@@ -56,16 +56,6 @@ def post_workload(settings: Settings, batches: Sequence[dict[str, Any]], say: An
     return landed
 
 
-def run_apply(stack: Any, progress: bool = True) -> str:
-    """Trigger cdc_apply over the REST API and follow that run."""
-    client = stack.airflow
-    client.wait_dag("cdc_apply")
-    client.unpause("cdc_apply")
-    run_id = client.trigger("cdc_apply")
-    stack.say(f"triggered cdc_apply over the REST API: run {run_id}")
-    return str(client.wait_run("cdc_apply", run_id, progress=stack.say if progress else None))
-
-
 def follow_apply(stack: Any, since: datetime, timeout: float = 600.0, trigger_after_s: float = 30.0) -> str:
     """Follow cdc_apply until nothing landed is pending; ``failed`` if a run since ``since`` failed.
 

@@ -67,19 +67,23 @@ def table_health(settings: Settings, table: str, target_file_size: int = 128 * 1
     )
 
 
-def cdc_tables(settings: Settings) -> list[str]:
-    """The namespace's CDC tables (side tables ``<t>__changes`` etc. excluded)."""
+def all_tables(settings: Settings) -> list[str]:
+    """Every table of the namespace, side tables included; none before the first apply."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
     from cdclake.catalog import open_catalog
-    from cdclake.events import RESERVED_SUFFIXES
 
     try:
-        idents = open_catalog(settings).list_tables(settings.namespace)
-    except Exception as exc:  # no namespace yet: nothing applied yet
-        if type(exc).__name__ == "NoSuchNamespaceError":
-            return []
-        raise
-    names = [i[-1] for i in idents]
-    return sorted(n for n in names if not n.endswith(RESERVED_SUFFIXES))
+        return sorted(i[-1] for i in open_catalog(settings).list_tables(settings.namespace))
+    except NoSuchNamespaceError:
+        return []
+
+
+def cdc_tables(settings: Settings) -> list[str]:
+    """The namespace's CDC tables (side tables ``<t>__changes`` etc. excluded)."""
+    from cdclake.events import RESERVED_SUFFIXES
+
+    return [n for n in all_tables(settings) if not n.endswith(RESERVED_SUFFIXES)]
 
 
 def compaction_candidates(
@@ -87,14 +91,7 @@ def compaction_candidates(
 ) -> dict[str, dict[str, Any]]:
     """Tables (side tables included) whose partitions hold ``min_files`` small files, or that
     carry delete files, with their health."""
-    from cdclake.catalog import open_catalog
-
-    try:
-        names = sorted(i[-1] for i in open_catalog(settings).list_tables(settings.namespace))
-    except Exception as exc:
-        if type(exc).__name__ == "NoSuchNamespaceError":
-            return {}
-        raise
+    names = all_tables(settings)
     wanted = {t.lower() for t in only} if only else None
     out = {}
     for name in names:

@@ -9,6 +9,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
+from cdclake.dag_support import failure_logger
 from cdclake.staging import ASSET_NAME, ASSET_URI
 
 # Updated by the receiver (REST API) after each landing, debounced: data-aware scheduling.
@@ -40,17 +41,6 @@ wall seconds of each phase.
 """
 
 
-def _log_failure(context: dict[str, Any]) -> None:
-    ti = context.get("task_instance")
-    log.error(
-        "cdc_apply failed: task=%s map_index=%s try=%s reason=%s",
-        getattr(ti, "task_id", "?"),
-        getattr(ti, "map_index", "?"),
-        getattr(ti, "try_number", "?"),
-        context.get("exception"),
-    )
-
-
 @dag(
     dag_id="cdc_apply",
     # Runs when the receiver reports new data, and every 5 minutes in case a report was lost.
@@ -67,7 +57,7 @@ def _log_failure(context: dict[str, Any]) -> None:
         "retry_delay": timedelta(seconds=10),
         "retry_exponential_backoff": True,
         "execution_timeout": timedelta(minutes=30),
-        "on_failure_callback": _log_failure,
+        "on_failure_callback": failure_logger("cdc_apply", log),
     },
     params={
         "tables": Param([], type="array", items={"type": "string"}, description="Tables to apply; empty = all"),
@@ -78,35 +68,22 @@ def cdc_apply() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """One spark-submit per table with pending staging objects."""
-        import importlib.util
-        import sys
-
         from cdclake.catalog import pending_tables
         from cdclake.settings import load
-        from cdclake.spark import jar_paths, job_conf
+        from cdclake.submit import submit_kwargs
 
         params = params or {}
         settings = load()
         pending = pending_tables(settings, only=list(params.get("tables") or []))
         log.info("pending staging objects per table: %s", pending or "none")
-        spec = importlib.util.find_spec("spark_jobs.apply")
-        assert spec and spec.origin, "spark_jobs.apply is not importable: run `make setup`"
-        conf = {
-            **job_conf(settings),
-            # Driver and workers run the interpreter that has cdclake installed.
-            "spark.pyspark.python": sys.executable,
-            "spark.pyspark.driver.python": sys.executable,
-        }
-        jars = ",".join(jar_paths(settings))
         max_objects = int(params.get("max_objects") or settings.max_objects_per_run)
         return [
-            {
-                "application": spec.origin,
-                "application_args": ["--table", table, "--max-objects", str(max_objects)],
-                "conf": conf,
-                "jars": jars,
-                "name": f"cdc_apply-{table}",
-            }
+            submit_kwargs(
+                settings,
+                "spark_jobs.apply",
+                ["--table", table, "--max-objects", str(max_objects)],
+                f"cdc_apply-{table}",
+            )
             for table in sorted(pending)
         ]
 

@@ -9,6 +9,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
+from cdclake.dag_support import failure_logger
+
 log = logging.getLogger(__name__)
 
 DOC = """
@@ -36,17 +38,6 @@ seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial
 """
 
 
-def _log_failure(context: dict[str, Any]) -> None:
-    ti = context.get("task_instance")
-    log.error(
-        "iceberg_compaction failed: task=%s map_index=%s try=%s reason=%s",
-        getattr(ti, "task_id", "?"),
-        getattr(ti, "map_index", "?"),
-        getattr(ti, "try_number", "?"),
-        context.get("exception"),
-    )
-
-
 @dag(
     dag_id="iceberg_compaction",
     schedule="0 * * * *",  # hourly, as the seed's compactionIntervalMs
@@ -61,7 +52,7 @@ def _log_failure(context: dict[str, Any]) -> None:
         "retry_delay": timedelta(seconds=30),
         "retry_exponential_backoff": True,
         "execution_timeout": timedelta(hours=2),
-        "on_failure_callback": _log_failure,
+        "on_failure_callback": failure_logger("iceberg_compaction", log),
     },
     params={
         "tables": Param(

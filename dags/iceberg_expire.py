@@ -9,6 +9,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
+from cdclake.dag_support import failure_logger
+
 log = logging.getLogger(__name__)
 
 DOC = """
@@ -44,17 +46,6 @@ def _interval_end() -> datetime:
     return end  # type: ignore[no-any-return]
 
 
-def _log_failure(context: dict[str, Any]) -> None:
-    ti = context.get("task_instance")
-    log.error(
-        "iceberg_expire failed: task=%s map_index=%s try=%s reason=%s",
-        getattr(ti, "task_id", "?"),
-        getattr(ti, "map_index", "?"),
-        getattr(ti, "try_number", "?"),
-        context.get("exception"),
-    )
-
-
 @dag(
     dag_id="iceberg_expire",
     schedule="30 3 * * *",
@@ -69,7 +60,7 @@ def _log_failure(context: dict[str, Any]) -> None:
         "retry_delay": timedelta(minutes=1),
         "retry_exponential_backoff": True,
         "execution_timeout": timedelta(hours=2),
-        "on_failure_callback": _log_failure,
+        "on_failure_callback": failure_logger("iceberg_expire", log),
     },
     params={
         "tables": Param([], type="array", items={"type": "string"}, description="Tables; empty = all"),
@@ -88,7 +79,7 @@ def _log_failure(context: dict[str, Any]) -> None:
 def iceberg_expire() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        from cdclake.catalog import open_catalog
+        from cdclake.health import all_tables
         from cdclake.settings import load
         from cdclake.submit import submit_kwargs
 
@@ -97,12 +88,7 @@ def iceberg_expire() -> None:
         end = _interval_end()
         older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", 120)))
         orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
-        try:
-            names = sorted(i[-1] for i in open_catalog(settings).list_tables(settings.namespace))
-        except Exception as exc:
-            if type(exc).__name__ != "NoSuchNamespaceError":
-                raise
-            names = []
+        names = all_tables(settings)
         only = {t.lower() for t in p.get("tables") or []}
         out = []
         for t in names:

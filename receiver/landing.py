@@ -276,17 +276,13 @@ class Lander:
         if receipt is not None:
             self._same_content(p, receipt)
             if all(self._exists(self._key(k)) for k in receipt.keys):
-                return Landed("duplicate", [self._uri(k) for k in receipt.keys])
+                return Landed("duplicate", [self.store.uri(self._key(k)) for k in receipt.keys])
             return None  # claimed but not all written: landing takes it over (or waits for it)
         raise SequenceError(
             f"sequenceNumber {p.sequence_number} was never landed and is below the last landed batch "
             f"{last} of {p.source!r}: the next batch must be {last + 1}",
             last + 1,
         )
-
-    def _uri(self, path: str) -> str:
-        table, name = path.split("/", 1)
-        return self.store.uri(staging.ObjectKey(table, name))
 
     def _receipt(self, source: str, seq: int) -> Receipt | None:
         prefix = f"{seq:020d}."
