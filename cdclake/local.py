@@ -1,5 +1,6 @@
 """The embedded deployment on one machine: receiver + Airflow (api-server, scheduler,
-dag-processor on SQLite, LocalExecutor) + Spark local, every socket on 127.0.0.1.
+dag-processor on SQLite, LocalExecutor) + a Spark Connect server (Spark local), every socket on
+127.0.0.1.
 
 Airflow components are started one by one instead of ``airflow standalone``: standalone opens
 serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
@@ -21,11 +22,13 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO
+from urllib.parse import urlsplit
 
 import httpx
 
 from cdclake.airflow_api import AirflowClient
 from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake.spark import connect_server_command
 
 ADMIN_USER = "admin"
 
@@ -124,12 +127,28 @@ class LocalStack:
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
+            **self._connect_conn(),
             "PYTHONUNBUFFERED": "1",
             # The receiver posts Asset events and flushes through Airflow's REST API.
             "CDCLAKE_AIRFLOW_USER": ADMIN_USER,
             "CDCLAKE_AIRFLOW_PASSWORD": self.password,
         }
         return env
+
+    def _connect_conn(self) -> dict[str, str]:
+        url = urlsplit(self.settings.spark_connect_url)
+        if not url.hostname:
+            return {}
+        conn = {"conn_type": "spark_connect", "host": url.hostname, "port": url.port or 15002}
+        return {"AIRFLOW_CONN_SPARK_CONNECT": json.dumps(conn)}
+
+    @property
+    def connect_address(self) -> tuple[str, int] | None:
+        """Where this stack runs its own Spark Connect server: the URL's port on a local host."""
+        url = urlsplit(self.settings.spark_connect_url)
+        if url.hostname not in ("127.0.0.1", "localhost"):
+            return None  # empty (spark-submit per task) or a server run elsewhere
+        return "127.0.0.1", url.port or 15002
 
     # -------------------------------------------------------------- processes
 
@@ -149,10 +168,13 @@ class LocalStack:
 
     def _check_ports(self) -> None:
         s = self.settings
-        for var, host, port in (
+        checks = [
             ("CDCLAKE_AIRFLOW_PORT", s.airflow_host, s.airflow_port),
             ("CDCLAKE_RECEIVER_PORT", s.receiver_host, s.receiver_port),
-        ):
+        ]
+        if self.connect_address:
+            checks.append(("CDCLAKE_SPARK_CONNECT_URL", *self.connect_address))
+        for var, host, port in checks:
             if not port_free(host, port):
                 raise RuntimeError(f"{host}:{port} is in use; stop what holds it or set {var}")
 
@@ -163,8 +185,13 @@ class LocalStack:
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.say(f"state folder: {s.home}")
-        self.say("airflow db migrate (SQLite metadata database) ...")
         self.logs.mkdir(parents=True, exist_ok=True)
+        if self.connect_address:
+            # Its JVM starts while Airflow migrates: the two together take as long as the slower.
+            host, port = self.connect_address
+            self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
+            self._spawn("spark-connect", connect_server_command(s, host, port))
+        self.say("airflow db migrate (SQLite metadata database) ...")
         with open(self.logs / "airflow-db-migrate.log", "ab") as out:
             rc = subprocess.run(
                 [bin_path("airflow"), "db", "migrate"], env=self.env(), cwd=PROJECT_ROOT, stdout=out, stderr=out
@@ -190,6 +217,7 @@ class LocalStack:
         self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
         self.wait_receiver()
         self.airflow.wait_healthy(timeout=180)
+        self.wait_spark_connect()
         self.say(f"services up in {time.monotonic() - t0:.0f}s")
         return self
 
@@ -204,6 +232,17 @@ class LocalStack:
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"receiver not healthy after {timeout:.0f}s; see {self.logs / 'receiver.log'}")
+
+    def wait_spark_connect(self, timeout: float = 180.0) -> None:
+        if not self.connect_address:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._assert_running()
+            if not port_free(*self.connect_address):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"Spark Connect not listening after {timeout:.0f}s; see {self.logs / 'spark-connect.log'}")
 
     def _assert_running(self) -> None:
         for name, p in self.procs.items():

@@ -58,6 +58,14 @@ class Settings:
     """Local fallback spool: batches land here (durably) while the object store fails."""
     tokens_file: Path | None = None
     """TOML file of producer bearer tokens; unset: no authentication (embedded default)."""
+    # REST catalog
+    rest_host: str = "127.0.0.1"
+    rest_port: int = 8181
+    rest_tokens_file: Path | None = None
+    """TOML file of REST catalog clients (read or write); unset: open access, loopback only."""
+    rest_token_ttl_s: int = 3600
+    """Lifetime of the access tokens ``POST /v1/oauth/tokens`` issues."""
+    rest_max_body_bytes: int = 8 * 1024 * 1024
     max_event_bytes: int = 1024 * 1024
     rate_limit_burst: int = 50
     """Token bucket per producer: capacity (batches), as the seed's burstCapacity."""
@@ -73,6 +81,9 @@ class Settings:
     airflow_user: str = "admin"
     airflow_password: str = field(default="", repr=False)
     """Credentials the receiver uses for Airflow's REST API; empty password: no notification."""
+    spark_connect_url: str = ""
+    """``sc://host:port`` of the long-lived Spark Connect server the DAGs run their jobs on (the
+    embedded stack starts it when the host is local); empty: one ``spark-submit`` per task."""
 
     @property
     def airflow_url(self) -> str:
@@ -185,6 +196,12 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         s3_secret_key=s("S3_SECRET_KEY", ""),
         spool_dir=Path(s("SPOOL_DIR", str(home / "spool"))).resolve(),
         tokens_file=Path(e["CDCLAKE_TOKENS_FILE"]).resolve() if e.get("CDCLAKE_TOKENS_FILE") else None,
+        # REST catalog
+        rest_host=s("REST_HOST", "127.0.0.1"),
+        rest_port=_int(e, "CDCLAKE_REST_PORT", 8181, 0),
+        rest_tokens_file=Path(e["CDCLAKE_REST_TOKENS_FILE"]).resolve() if e.get("CDCLAKE_REST_TOKENS_FILE") else None,
+        rest_token_ttl_s=_int(e, "CDCLAKE_REST_TOKEN_TTL_S", 3600, 60),
+        rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         rate_limit_burst=_int(e, "CDCLAKE_RATE_LIMIT_BURST", 50, 1),
         rate_limit_per_s=_float(e, "CDCLAKE_RATE_LIMIT_PER_S", 10.0),
@@ -194,6 +211,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
         airflow_user=s("AIRFLOW_USER", "admin"),
         airflow_password=s("AIRFLOW_PASSWORD", ""),
+        # Set but empty means spark-submit per task, so `s()` (empty -> default) is not used here.
+        spark_connect_url=e.get("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002"),
     )
     unknown = set(overrides) - set(values)
     if unknown:
@@ -206,6 +225,9 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     url = str(values["staging_url"])
     if url and not (url.startswith("s3://") and len(url) > len("s3://")):
         raise SettingsError(f"CDCLAKE_STAGING_URL must be s3://bucket[/prefix] or empty, got {url!r}")
+    sc = str(values["spark_connect_url"])
+    if sc and not (sc.startswith("sc://") and len(sc) > len("sc://")):
+        raise SettingsError(f"CDCLAKE_SPARK_CONNECT_URL must be sc://host:port or empty, got {sc!r}")
     if values["backlog_hard"] < values["backlog_soft"]:
         raise SettingsError("CDCLAKE_BACKLOG_HARD must be >= CDCLAKE_BACKLOG_SOFT")
     return Settings(**values)

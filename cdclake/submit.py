@@ -1,13 +1,31 @@
-"""Keyword arguments for Airflow's SparkSubmitOperator, shared by every DAG that runs a job."""
+"""How a DAG runs one Spark job (``spark_jobs.<module>.main(spark, argv)``), in one place.
+
+Two ways, chosen by ``CDCLAKE_SPARK_CONNECT_URL``:
+
+* set: the task opens a session on the long-lived Spark Connect server (Airflow connection
+  ``spark_connect``) and calls the job's ``main`` in the task's own process. A session costs
+  milliseconds; the catalog, jars and a warm JVM are the server's.
+* empty: ``spark-submit`` per task (Airflow connection ``spark_default``), a fresh driver JVM each
+  time (~10 s of start-up on a small machine), which needs no server.
+
+The plan task and the operator must agree, and both read the same setting.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdclake.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CONNECT_CONN_ID = "spark_connect"
+SUBMIT_CONN_ID = "spark_default"
 
 
 def submit_kwargs(settings: Settings, module: str, args: Sequence[str], name: str) -> dict[str, Any]:
@@ -30,3 +48,36 @@ def submit_kwargs(settings: Settings, module: str, args: Sequence[str], name: st
         "jars": ",".join(jar_paths(settings)),
         "name": name,
     }
+
+
+def job_kwargs(settings: Settings, module: str, args: Sequence[str], name: str) -> dict[str, Any]:
+    """The mapped kwargs of one job for the operator :func:`spark_job_operator` builds."""
+    if settings.spark_connect_url:
+        return {"module": module, "argv": list(args)}
+    return submit_kwargs(settings, module, args, name)
+
+
+def run_job(spark: SparkSession, module: str, argv: Sequence[str]) -> dict[str, Any]:
+    """``module.main(spark, argv)``; the result made JSON-safe for XCom."""
+    result = importlib.import_module(module).main(spark, list(argv))
+    out: dict[str, Any] = json.loads(json.dumps(result, default=str))
+    return out
+
+
+def spark_job_operator(task_id: str, max_active: int, settings: Settings | None = None) -> Any:
+    """The partial operator a DAG expands over :func:`job_kwargs` (``.expand_kwargs(plan())``)."""
+    from cdclake.settings import load
+
+    settings = settings or load()
+    if settings.spark_connect_url:
+        from airflow.sdk import task
+
+        @task.pyspark(task_id=task_id, conn_id=CONNECT_CONN_ID, max_active_tis_per_dagrun=max_active)
+        def run(module: str, argv: list[str], spark: Any = None, sc: Any = None) -> dict[str, Any]:
+            return run_job(spark, module, argv)
+
+        return run
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator.partial(task_id=task_id, conn_id=SUBMIT_CONN_ID, max_active_tis_per_dagrun=max_active)

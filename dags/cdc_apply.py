@@ -6,11 +6,11 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
 from cdclake.dag_support import failure_logger
 from cdclake.staging import ASSET_NAME, ASSET_URI
+from cdclake.submit import spark_job_operator
 
 # Updated by the receiver (REST API) after each landing, debounced: data-aware scheduling.
 STAGING = Asset(name=ASSET_NAME, uri=ASSET_URI)
@@ -23,8 +23,10 @@ DOC = """
 Runs when the receiver lands data (it updates the `cdclake://staging` Asset through the REST
 API) and every 5 minutes as a fallback. Finds the tables whose staging folder holds objects the
 table has not consumed yet (the consumed-staging watermark lives in the Iceberg snapshot
-summary, read here with pyiceberg), then runs `spark_jobs/apply.py` once per table through
-**spark-submit** (dynamic task mapping).
+summary, read here with pyiceberg), then runs `spark_jobs/apply.py` once per table (dynamic
+task mapping) in a session on the long-lived **Spark Connect** server (connection
+`spark_connect`), or through `spark-submit` (connection `spark_default`) when
+`CDCLAKE_SPARK_CONNECT_URL` is empty.
 
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
@@ -67,10 +69,10 @@ wall seconds of each phase.
 def cdc_apply() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One spark-submit per table with pending staging objects."""
+        """One Spark job per table with pending staging objects."""
         from cdclake.catalog import pending_tables
         from cdclake.settings import load
-        from cdclake.submit import submit_kwargs
+        from cdclake.submit import job_kwargs
 
         params = params or {}
         settings = load()
@@ -78,7 +80,7 @@ def cdc_apply() -> None:
         log.info("pending staging objects per table: %s", pending or "none")
         max_objects = int(params.get("max_objects") or settings.max_objects_per_run)
         return [
-            submit_kwargs(
+            job_kwargs(
                 settings,
                 "spark_jobs.apply",
                 ["--table", table, "--max-objects", str(max_objects)],
@@ -87,10 +89,8 @@ def cdc_apply() -> None:
             for table in sorted(pending)
         ]
 
-    # Each spark-submit is a JVM with local[2]: on a 2-core box a third one only adds contention.
-    SparkSubmitOperator.partial(task_id="apply", conn_id="spark_default", max_active_tis_per_dagrun=2).expand_kwargs(
-        plan()
-    )
+    # Two tables at a time: on a 2-core box (local[2]) a third job only adds contention.
+    spark_job_operator("apply", max_active=2).expand_kwargs(plan())
 
 
 cdc_apply()

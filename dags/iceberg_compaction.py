@@ -6,10 +6,10 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
 from cdclake.dag_support import failure_logger
+from cdclake.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +19,8 @@ DOC = """
 Measures every table of the CDC namespace (side tables included) from Iceberg metadata with
 pyiceberg — data files, small files (under 75% of the target size) per partition, delete
 files — and compacts the candidates: a partition with at least `min_input_files` small files,
-or any delete file (merge-on-read leaves them). Per table, one `spark-submit` of
-`spark_jobs/maintain.py compact`:
+or any delete file (merge-on-read leaves them). Per table, one Spark job
+(`spark_jobs/maintain.py compact`, on the Spark Connect server or by spark-submit):
 
 1. `rewrite_data_files` — `sort` when the table has a sort order, else `binpack`; target file
    size, min input files, partial progress and an optional `where` filter from the params;
@@ -67,10 +67,10 @@ seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial
 def iceberg_compaction() -> None:
     @task
     def candidates(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """spark-submit kwargs for each table that needs compaction (pyiceberg, no JVM here)."""
+        """One Spark job for each table that needs compaction (chosen with pyiceberg, no JVM here)."""
         from cdclake.health import compaction_candidates
         from cdclake.settings import load
-        from cdclake.submit import submit_kwargs
+        from cdclake.submit import job_kwargs
 
         p = params or {}
         settings = load()
@@ -87,13 +87,11 @@ def iceberg_compaction() -> None:
         if p.get("where"):
             args_common += ["--where", str(p["where"])]
         return [
-            submit_kwargs(settings, "spark_jobs.maintain", ["compact", "--table", t, *args_common], f"compact-{t}")
+            job_kwargs(settings, "spark_jobs.maintain", ["compact", "--table", t, *args_common], f"compact-{t}")
             for t in sorted(found)
         ]
 
-    SparkSubmitOperator.partial(task_id="compact", conn_id="spark_default", max_active_tis_per_dagrun=1).expand_kwargs(
-        candidates()
-    )
+    spark_job_operator("compact", max_active=1).expand_kwargs(candidates())
 
 
 iceberg_compaction()

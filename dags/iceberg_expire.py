@@ -6,10 +6,10 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, get_current_context, task
 
 from cdclake.dag_support import failure_logger
+from cdclake.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def iceberg_expire() -> None:
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from cdclake.health import all_tables
         from cdclake.settings import load
-        from cdclake.submit import submit_kwargs
+        from cdclake.submit import job_kwargs
 
         p = params or {}
         settings = load()
@@ -107,7 +107,7 @@ def iceberg_expire() -> None:
             ]
             if p.get("dry_run"):
                 args.append("--dry-run")
-            out.append(submit_kwargs(settings, "spark_jobs.maintain", args, f"expire-{t}"))
+            out.append(job_kwargs(settings, "spark_jobs.maintain", args, f"expire-{t}"))
         return out
 
     @task
@@ -122,9 +122,7 @@ def iceberg_expire() -> None:
         log.info("staging clean-up: %s", result)
         return result
 
-    expire = SparkSubmitOperator.partial(
-        task_id="expire", conn_id="spark_default", max_active_tis_per_dagrun=1
-    ).expand_kwargs(plan())
+    expire = spark_job_operator("expire", max_active=1).expand_kwargs(plan())
     expire >> clean_staging()
 
 

@@ -26,7 +26,12 @@ TABLES = ("customers", "orders", "products")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     home: Path = tmp_path_factory.mktemp("e2e")
     settings = make_settings(
-        home, catalog_name="e2e", receiver_port=free_port(), airflow_port=free_port(), landing_grace_s=5
+        home,
+        catalog_name="e2e",
+        receiver_port=free_port(),
+        airflow_port=free_port(),
+        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
+        landing_grace_s=5,
     )
     s = LocalStack(settings)
     with s:
