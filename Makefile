@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness
 
 PY := .venv/bin/python
 
@@ -41,3 +41,7 @@ bench: setup
 # Receiver ingest vs the decode+fsync floor: `make bench-receiver` or `make bench-receiver ARGS="--seconds 20 --s3"`
 bench-receiver: setup
 	@$(PY) -m tests.bench_receiver $(ARGS)
+
+# Ack -> visible in Spark SQL with Airflow in the loop, Spark Connect vs spark-submit: `make bench-freshness`
+bench-freshness: setup
+	@$(PY) -m tests.bench_freshness $(ARGS)

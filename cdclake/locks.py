@@ -8,6 +8,10 @@ holder that died leaves a row that expires after its TTL (holders renew while th
 
 The catalog database is the one thing every process already shares (SQLite file embedded,
 PostgreSQL distributed), so no extra service is needed.
+
+Waiters queue in ``cdclake_table_lock_waiters`` and only the oldest live waiter may take the
+lock: the apply job takes a table's lock every few seconds under steady load, and without the
+queue a compaction polling between those windows could wait forever.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from typing import Any
 from cdclake.settings import Settings
 
 TABLE = "cdclake_table_locks"
+WAITERS = "cdclake_table_lock_waiters"
 DEFAULT_TTL_S = 600.0
+WAITER_TTL_S = 30.0
+"""A waiter that stops polling (it died) leaves the queue after this long."""
 
 
 class LockTimeout(TimeoutError):
@@ -52,7 +59,60 @@ def _engine(url: str) -> Any:
                 "expires_at DOUBLE PRECISION NOT NULL)"
             )
         )
+        c.execute(
+            sa.text(
+                f"CREATE TABLE IF NOT EXISTS {WAITERS} (table_name VARCHAR(512) NOT NULL, "
+                "owner VARCHAR(512) NOT NULL, enqueued_at DOUBLE PRECISION NOT NULL, "
+                "expires_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (table_name, owner))"
+            )
+        )
     return engine
+
+
+def _wait_turn(settings: Settings, table: str, owner: str, since: float) -> bool:
+    """Queue ``owner`` (or keep its place alive); whether it is now first in line."""
+    import sqlalchemy as sa
+
+    name, now = f"{settings.namespace}.{table}", time.time()
+    with _engine(settings.catalog_url).begin() as c:
+        c.execute(sa.text(f"DELETE FROM {WAITERS} WHERE expires_at < :now"), {"now": now})
+        args = {"t": name, "o": owner, "q": since, "e": now + WAITER_TTL_S}
+        if not c.execute(
+            sa.text(f"UPDATE {WAITERS} SET expires_at = :e WHERE table_name = :t AND owner = :o"), args
+        ).rowcount:
+            c.execute(
+                sa.text(f"INSERT INTO {WAITERS} (table_name, owner, enqueued_at, expires_at) VALUES (:t, :o, :q, :e)"),
+                args,
+            )
+        first = c.execute(
+            sa.text(f"SELECT owner FROM {WAITERS} WHERE table_name = :t ORDER BY enqueued_at, owner LIMIT 1"),
+            {"t": name},
+        ).first()
+    return first is not None and first[0] == owner
+
+
+def _leave_queue(settings: Settings, table: str, owner: str) -> None:
+    import sqlalchemy as sa
+
+    with _engine(settings.catalog_url).begin() as c:
+        c.execute(
+            sa.text(f"DELETE FROM {WAITERS} WHERE table_name = :t AND owner = :o"),
+            {"t": f"{settings.namespace}.{table}", "o": owner},
+        )
+
+
+def waiters(settings: Settings, table: str) -> list[str]:
+    """Owners queued for ``table``'s lock, first in line first."""
+    import sqlalchemy as sa
+
+    with _engine(settings.catalog_url).begin() as c:
+        rows = c.execute(
+            sa.text(
+                f"SELECT owner FROM {WAITERS} WHERE table_name = :t AND expires_at >= :now ORDER BY enqueued_at, owner"
+            ),
+            {"t": f"{settings.namespace}.{table}", "now": time.time()},
+        ).all()
+    return [str(r[0]) for r in rows]
 
 
 def try_acquire(settings: Settings, table: str, owner: str, ttl_s: float = DEFAULT_TTL_S) -> bool:
@@ -116,20 +176,26 @@ def table_lock(
     ttl_s: float = DEFAULT_TTL_S,
     say: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
-    """Hold ``table``'s lock for the block, waiting up to ``wait_s`` for it; renewed every
-    ``ttl_s / 3`` so a long rewrite keeps it, and it expires ``ttl_s`` after a holder dies."""
+    """Hold ``table``'s lock for the block, waiting up to ``wait_s`` for it, first come first
+    served; renewed every ``ttl_s / 3`` so a long rewrite keeps it, and it expires ``ttl_s``
+    after a holder dies."""
     owner = owner_id(role)
     deadline = time.monotonic() + wait_s
-    delay = 0.5
+    since = time.time()
+    delay = 0.1
     told = False
-    while not try_acquire(settings, table, owner, ttl_s):
-        if time.monotonic() > deadline:
-            raise LockTimeout(f"{table}: lock held by {holder(settings, table)} for more than {wait_s:.0f}s")
-        if say and not told:
-            say(f"{table}: waiting for the table lock held by {holder(settings, table)}")
-            told = True
-        time.sleep(delay)
-        delay = min(delay * 1.5, 5.0)
+    try:
+        while not (_wait_turn(settings, table, owner, since) and try_acquire(settings, table, owner, ttl_s)):
+            if time.monotonic() > deadline:
+                raise LockTimeout(f"{table}: lock held by {holder(settings, table)} for more than {wait_s:.0f}s")
+            if say and not told:
+                say(f"{table}: waiting for the table lock held by {holder(settings, table)}")
+                told = True
+            time.sleep(delay)
+            # Short polls: the lock is often held for seconds only (an apply of a micro-batch).
+            delay = min(delay * 1.5, 1.0)
+    finally:
+        _leave_queue(settings, table, owner)
     stop = threading.Event()
 
     def keep() -> None:

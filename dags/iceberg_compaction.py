@@ -61,7 +61,9 @@ seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial
         "target_file_size_bytes": Param(134217728, type="integer", minimum=1024, description="Target data file size"),
         "min_input_files": Param(5, type="integer", minimum=1, description="Small files in a partition to compact it"),
         "partial_progress": Param(True, type="boolean", description="Commit file groups as they finish"),
-        "where": Param("", type="string", description="Optional Spark SQL filter: compact only matching rows' files"),
+        "where": Param(
+            None, type=["null", "string"], description="Optional Spark SQL filter: compact only matching rows' files"
+        ),
     },
 )
 def iceberg_compaction() -> None:

@@ -14,6 +14,8 @@ log() { printf '[setup] %s\n' "$*"; }
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+# Headless Chromium for the browser test of the Airflow UI (tests/test_browser.py, Playwright).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   apt-get update -qq

@@ -172,6 +172,40 @@ def test_table_lock_is_exclusive_waits_and_expires(spark_home: Path) -> None:
         pass
 
 
+def test_table_lock_is_first_come_first_served_so_maintenance_is_not_starved(spark_home: Path) -> None:
+    """An apply that takes the lock again right after releasing it must not starve compaction."""
+    settings = fresh_settings(spark_home)
+    events: list[str] = []
+    holding = threading.Event()
+    done = threading.Event()
+
+    def applier() -> None:
+        for i in range(8):
+            with locks.table_lock(settings, "t", "apply", wait_s=30, ttl_s=10):
+                events.append(f"apply-in-{i}")
+                holding.set()
+                time.sleep(0.3)
+            if done.is_set():
+                return
+
+    def compactor() -> None:
+        holding.wait(10)
+        with locks.table_lock(settings, "t", "compaction", wait_s=30, ttl_s=10, say=lambda _: events.append("wait")):
+            events.append("compact-in")
+        done.set()
+
+    threads = [threading.Thread(target=applier), threading.Thread(target=compactor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert "wait" in events and "compact-in" in events, events
+    between = events[events.index("wait") + 1 : events.index("compact-in")]
+    # The apply holding the lock when compaction queued finishes; the next one queues behind it.
+    assert not [e for e in between if e.startswith("apply-in")], events
+    assert locks.waiters(settings, "t") == [] and locks.holder(settings, "t") is None
+
+
 def test_table_health_and_freshness_reach_the_receivers_metrics(spark: Any, spark_home: Path) -> None:
     from starlette.testclient import TestClient
 
