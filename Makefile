@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction
 
 PY := .venv/bin/python
 
@@ -45,3 +45,7 @@ bench-receiver: setup
 # Ack -> visible in Spark SQL with Airflow in the loop, Spark Connect vs spark-submit: `make bench-freshness`
 bench-freshness: setup
 	@$(PY) -m tests.bench_freshness $(ARGS)
+
+# Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
+bench-compaction: setup
+	@$(PY) -m tests.bench_compaction $(ARGS)

@@ -45,16 +45,13 @@ def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
     cfg = tmp_path / "tables.toml"
     cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')  # updates leave delete files
     settings = fresh_settings(spark_home, table_config=cfg)
-    batches = many_small_applies(spark, settings)
+    batches = many_small_applies(spark, settings, runs=50)
     before = table_health(settings, "orders")
     assert before is not None and before.data_files >= 5 and before.delete_files > 0
     assert "orders" in compaction_candidates(settings, min_files=5)
     wm = table_watermark(settings, "orders")
     ident = table_ident(settings, "orders")
-    t0 = time.perf_counter()
-    spark.table(ident).collect()
-    scan_before = time.perf_counter() - t0
-
+    # The scan-time ratio before/after is a benchmark (tests/bench_compaction.py), not asserted here.
     out = compact(spark, settings, "orders", min_input_files=2)
     assert out["data_files"]["rewritten_data_files_count"] >= before.data_files - 1
 
@@ -65,9 +62,6 @@ def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
     assert locks.holder(settings, "orders") is None  # released
     (r,) = apply_all(spark, settings)
     assert r["committed"] is False  # nothing pending, nothing applied twice
-    t0 = time.perf_counter()
-    spark.table(ident).collect()
-    print(f"full scan: {scan_before:.3f}s before, {time.perf_counter() - t0:.3f}s after compaction")
 
 
 def test_expiry_keeps_retain_last_and_the_watermark_snapshot(spark: Any, settings: Settings) -> None:
