@@ -64,15 +64,22 @@ def run_job(spark: SparkSession, module: str, argv: Sequence[str]) -> dict[str, 
     return out
 
 
-def spark_job_operator(task_id: str, max_active: int, settings: Settings | None = None) -> Any:
-    """The partial operator a DAG expands over :func:`job_kwargs` (``.expand_kwargs(plan())``)."""
+def spark_job_operator(
+    task_id: str, max_active: int, connect_max_active: int | None = None, settings: Settings | None = None
+) -> Any:
+    """The partial operator a DAG expands over :func:`job_kwargs` (``.expand_kwargs(plan())``).
+
+    ``max_active`` caps parallel spark-submits (each a driver JVM); ``connect_max_active`` caps
+    parallel sessions on the one Connect server, where a task is a light Python process."""
     from cdclake.settings import load
 
     settings = settings or load()
     if settings.spark_connect_url:
         from airflow.sdk import task
 
-        @task.pyspark(task_id=task_id, conn_id=CONNECT_CONN_ID, max_active_tis_per_dagrun=max_active)
+        parallel = connect_max_active or max_active
+
+        @task.pyspark(task_id=task_id, conn_id=CONNECT_CONN_ID, max_active_tis_per_dagrun=parallel)
         def run(module: str, argv: list[str], spark: Any = None, sc: Any = None) -> dict[str, Any]:
             return run_job(spark, module, argv)
 

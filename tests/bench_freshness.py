@@ -276,11 +276,11 @@ def main() -> None:
     ap.add_argument("--batches-per-s", type=float, default=2.0, help="per source")
     ap.add_argument("--keys", type=int, default=20_000, help="per table")
     args = ap.parse_args()
-    results = [
-        run_mode(m.strip(), args.seconds, args.rate, args.sources, args.batches_per_s, args.keys)
-        for m in args.modes.split(",")
-        if m.strip()
-    ]
+    results = []
+    for m in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        r = run_mode(m, args.seconds, args.rate, args.sources, args.batches_per_s, args.keys)
+        print(f"[fresh] {m}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s parts {r['parts']}", flush=True)
+        results.append(r)
     print(f"\n{'mode':<9}{'events/s':>9}{'batches':>9}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'max s':>8}{'runs':>6}")
     for r in results:
         print(
