@@ -11,6 +11,7 @@ COPY jars/ jars/
 COPY scripts/ scripts/
 COPY cdclake/ cdclake/
 COPY receiver/ receiver/
+COPY restcatalog/ restcatalog/
 COPY spark_jobs/ spark_jobs/
 COPY dags/ dags/
 COPY plugins/ plugins/

@@ -49,3 +49,16 @@ def test_services_have_image_command_and_loopback_ports() -> None:
     env = services["airflow-scheduler"]["environment"]
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/cdclake/dags"
     assert (ROOT / "Dockerfile").read_text().count("scripts/setup.sh") == 1
+
+
+def test_the_dags_spark_connect_url_points_at_the_spark_connect_service() -> None:
+    from urllib.parse import urlsplit
+
+    services = compose()["services"]
+    env = services["airflow-scheduler"]["environment"]
+    url = urlsplit(env["CDCLAKE_SPARK_CONNECT_URL"])
+    assert url.hostname in services, url
+    command = services[url.hostname]["command"]
+    assert command[:3] == ["python", "-m", "cdclake.connect_server"]
+    assert command[command.index("--port") + 1] == str(url.port)
+    assert '"port": %d' % url.port in env["AIRFLOW_CONN_SPARK_CONNECT"]
