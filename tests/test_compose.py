@@ -61,4 +61,4 @@ def test_the_dags_spark_connect_url_points_at_the_spark_connect_service() -> Non
     command = services[url.hostname]["command"]
     assert command[:3] == ["python", "-m", "cdclake.connect_server"]
     assert command[command.index("--port") + 1] == str(url.port)
-    assert '"port": %d' % url.port in env["AIRFLOW_CONN_SPARK_CONNECT"]
+    assert f'"port": {url.port}' in env["AIRFLOW_CONN_SPARK_CONNECT"]
