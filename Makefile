@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest
 
 PY := .venv/bin/python
 
@@ -12,9 +12,10 @@ demo: setup
 up: setup
 	@$(PY) -m cdclake up
 
-# Usage: make sql Q="SELECT * FROM lake.cdc.customers LIMIT 5"
+# Usage: make sql Q="SELECT * FROM lake.cdc.customers LIMIT 5" [ARGS="--format csv --as-of 2026-01-01T12:00:00Z"];
+# `make sql` alone opens the interactive shell
 sql: setup
-	@$(PY) -m cdclake sql "$(Q)"
+	@$(PY) -m cdclake sql $(if $(Q),"$(Q)") $(ARGS)
 
 test: setup
 	@$(PY) -m pytest
@@ -49,3 +50,7 @@ bench-freshness: setup
 # Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
 bench-compaction: setup
 	@$(PY) -m tests.bench_compaction $(ARGS)
+
+# REST catalog server vs the SQL catalog used directly (load latency, commit throughput): `make bench-rest`
+bench-rest: setup
+	@$(PY) -m tests.bench_rest $(ARGS)

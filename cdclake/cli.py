@@ -1,4 +1,4 @@
-"""``cdclake`` command line: demo, up, send, trigger, sql."""
+"""``cdclake`` command line: demo, up, sql, tables, snapshots, rest."""
 
 from __future__ import annotations
 
@@ -95,15 +95,62 @@ def follow_apply(stack: Any, since: datetime, timeout: float = 600.0, trigger_af
     raise TimeoutError(f"cdc_apply did not apply everything within {timeout:.0f}s")
 
 
-def sql(settings: Settings, statements: Sequence[str], rows: int = 50) -> None:
-    from cdclake.spark import session
+def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
+    """``cdclake sql``: statements from the arguments and ``-f``, else the interactive shell."""
+    from cdclake.query import QueryError, parse_as_of, query_session, readline_input, shell, statements_of
 
-    spark = session(settings, "cdclake-sql")
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        show(spark, statements, rows)
-    finally:
-        spark.stop()
+    as_of = parse_as_of(args.as_of) if args.as_of else None
+    if args.max_rows is not None and args.max_rows < 0:
+        raise QueryError("--max-rows must be >= 0 (0: all rows)")
+    statements = [s for text in args.statement for s in statements_of(text)]
+    if args.file:
+        try:
+            text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()  # noqa: SIM115
+        except OSError as exc:
+            raise QueryError(f"-f {args.file}: {exc.strerror}") from None
+        statements += statements_of(text)
+        if not statements:
+            raise QueryError(f"-f {args.file}: no statement in it")
+    with query_session(settings, args.catalog, spark) as qs:
+        qs.fmt, qs.max_rows, qs.as_of = args.format, args.max_rows, as_of
+        if not statements:
+            interactive = sys.stdin.isatty()
+            if interactive:
+                where = {
+                    "connect": f"Spark Connect {settings.spark_connect_url}",
+                    "local": "Spark in this process",
+                }.get(qs.kind, "Spark")
+                qs.say(
+                    f"{where}, catalog {qs.catalog} ({args.catalog}), namespace {settings.namespace}"
+                    + (f", as of {as_of.describe()}" if as_of else "")
+                    + "; end statements with ';', quit with Ctrl-D"
+                )
+            return shell(qs, readline_input(settings) if interactive else input, sys.stdout, interactive)
+        for stmt in statements:
+            if not qs.show(stmt, sys.stdout, echo=len(statements) > 1):
+                return 1
+    return 0
+
+
+def tables(settings: Settings, fmt: str) -> int:
+    from cdclake.query import render, tables_report
+
+    render(tables_report(settings), fmt, sys.stdout)
+    return 0
+
+
+def snapshots(settings: Settings, table: str, fmt: str) -> int:
+    from cdclake.query import render, snapshots_report
+
+    render(snapshots_report(settings, table), fmt, sys.stdout)
+    return 0
+
+
+def rest() -> int:
+    from restcatalog.__main__ import main as serve
+
+    serve()
+    return 0
 
 
 def show(spark: Any, statements: Sequence[str], rows: int = 50) -> None:
@@ -201,32 +248,88 @@ def up(settings: Settings) -> int:
 
     with LocalStack(settings) as stack:
         stack.say(f"receiver: {settings.receiver_url}/v1/batches")
+        stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: docs/engines.md)")
         stack.say(f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password})")
         stack.say("Ctrl-C stops everything")
         _wait_forever(stack)
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+SQL_HELP = """\
+statements: each argument, and -f FILE (- for stdin), may hold several, separated by ';'.
+Without statements: an interactive shell (statements end with ';'; quit, exit or Ctrl-D).
+
+The session's current namespace is <catalog>.<namespace> (lake.cdc by default), so `orders`
+means lake.cdc.orders; with --catalog rest the REST catalog server (`cdclake rest`,
+http://CDCLAKE_REST_HOST:CDCLAKE_REST_PORT) is attached as catalog `rest` and `orders` means
+rest.cdc.orders (CDCLAKE_REST_CREDENTIAL=<id>:<secret> when the server has a tokens file).
+Spark: the Spark Connect server at CDCLAKE_SPARK_CONNECT_URL when one answers (`cdclake up`
+runs one), else Spark in this process (~10 s to start).
+
+--as-of SNAPSHOT_ID|TIME adds VERSION AS OF / TIMESTAMP AS OF after every table written
+fully qualified (lake.cdc.orders, rest.cdc.orders) in a query (SELECT, WITH); metadata tables
+(lake.cdc.orders.snapshots) and references with their own AS OF are left alone. TIME is ISO
+8601 (2026-01-01, "2026-01-01 12:00:00.250", 2026-01-01T12:00:00+02:00), UTC without an
+offset. A snapshot id belongs to one table: the statement must read only that table.
+
+time travel in SQL (times are UTC):
+  SELECT * FROM lake.cdc.orders VERSION AS OF 4348436197468765062
+  SELECT * FROM lake.cdc.orders TIMESTAMP AS OF '2026-01-01 12:00:00' WHERE _cdc_row_id = '7'
+  SELECT * FROM lake.cdc.orders.snapshots        -- also .history, .files, .manifests
+"what changed in row K since T" (each change with the snapshot it came with): README, Time travel.
+"""
+
+
+def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Settings | None = None) -> int:
+    """The command line. ``spark`` and ``settings`` let tests reuse a running session."""
+    from cdclake.query import CATALOGS, FORMATS
+
     p = argparse.ArgumentParser(prog="cdclake", description="CDC events into Apache Iceberg via Airflow + Spark")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="start everything, send sample CDC, apply it, show it with Spark SQL")
     d.add_argument("--keep-running", action="store_true", help="leave services up until Ctrl-C")
-    sub.add_parser("up", help="start receiver + Airflow on 127.0.0.1 until Ctrl-C")
-    q = sub.add_parser("sql", help="run Spark SQL with the catalog configured")
-    q.add_argument("statement", nargs="+")
+    sub.add_parser("up", help="start receiver, REST catalog, Spark Connect and Airflow on 127.0.0.1 until Ctrl-C")
+    q = sub.add_parser(
+        "sql",
+        help="run Spark SQL (statements, a file, or an interactive shell)",
+        epilog=SQL_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    q.add_argument("statement", nargs="*", help="SQL statement(s)")
+    q.add_argument("-f", "--file", help="read statements from FILE (- for stdin)")
+    q.add_argument("--catalog", choices=CATALOGS, default="jdbc", help="the JDBC catalog (default) or the REST server")
+    q.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+    q.add_argument("--as-of", metavar="SNAPSHOT_ID|TIME", help="read the tables as of a snapshot or time")
+    q.add_argument(
+        "--max-rows",
+        type=int,
+        metavar="N",
+        help="rows to print per statement (default 100 for table, all for csv/json; 0 all)",
+    )
+    t = sub.add_parser("tables", help="tables with rows, files, snapshots, last apply and freshness (no JVM)")
+    t.add_argument("--format", choices=FORMATS, default="table")
+    s = sub.add_parser("snapshots", help="a table's snapshots with the apply watermark and event counts (no JVM)")
+    s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
+    s.add_argument("--format", choices=FORMATS, default="table")
+    sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
-    settings = load()
     try:
+        settings = settings or load()
         if args.cmd == "demo":
             return demo(settings, args.keep_running)
         if args.cmd == "up":
             return up(settings)
-        sql(settings, args.statement)
-        return 0
+        if args.cmd == "tables":
+            return tables(settings, args.format)
+        if args.cmd == "snapshots":
+            return snapshots(settings, args.table, args.format)
+        if args.cmd == "rest":
+            return rest()
+        return sql(args, settings, spark)
     except KeyboardInterrupt:
-        print("\n[cdclake] interrupted; all services stopped", file=sys.stderr)
+        stopped = "; all services stopped" if args.cmd in ("demo", "up") else ""
+        print(f"\n[cdclake] interrupted{stopped}", file=sys.stderr)
         return 130
     except (RuntimeError, SettingsError, AirflowError) as exc:
         print(f"[cdclake] error: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
-"""The embedded deployment on one machine: receiver + Airflow (api-server, scheduler,
-dag-processor on SQLite, LocalExecutor) + a Spark Connect server (Spark local), every socket on
-127.0.0.1.
+"""The embedded deployment on one machine: receiver + Iceberg REST catalog + Airflow (api-server,
+scheduler, dag-processor on SQLite, LocalExecutor) + a Spark Connect server (Spark local), every
+socket on 127.0.0.1.
 
 Airflow components are started one by one instead of ``airflow standalone``: standalone opens
 serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
@@ -171,6 +171,7 @@ class LocalStack:
         checks = [
             ("CDCLAKE_AIRFLOW_PORT", s.airflow_host, s.airflow_port),
             ("CDCLAKE_RECEIVER_PORT", s.receiver_host, s.receiver_port),
+            ("CDCLAKE_REST_PORT", s.rest_host, s.rest_port),
         ]
         if self.connect_address:
             checks.append(("CDCLAKE_SPARK_CONNECT_URL", *self.connect_address))
@@ -198,8 +199,12 @@ class LocalStack:
             ).returncode
         if rc:
             raise RuntimeError(f"airflow db migrate failed ({rc}); see {self.logs / 'airflow-db-migrate.log'}")
-        self.say(f"starting receiver on {s.receiver_url} and Airflow on {s.airflow_url} (logs: {self.logs})")
+        self.say(
+            f"starting receiver on {s.receiver_url}, REST catalog on {self.rest_url} and Airflow on {s.airflow_url} "
+            f"(logs: {self.logs})"
+        )
         self._spawn("receiver", [sys.executable, "-m", "receiver"])
+        self._spawn("rest-catalog", [sys.executable, "-m", "restcatalog"])
         self._spawn(
             "airflow-api-server",
             [
@@ -216,6 +221,7 @@ class LocalStack:
         self._spawn("airflow-scheduler", [bin_path("airflow"), "scheduler", "--skip-serve-logs"])
         self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
         self.wait_receiver()
+        self.wait_rest()
         self.airflow.wait_healthy(timeout=180)
         self.wait_spark_connect()
         self.say(f"services up in {time.monotonic() - t0:.0f}s")
@@ -232,6 +238,24 @@ class LocalStack:
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"receiver not healthy after {timeout:.0f}s; see {self.logs / 'receiver.log'}")
+
+    @property
+    def rest_url(self) -> str:
+        host = self.settings.rest_host
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{self.settings.rest_port}"
+
+    def wait_rest(self, timeout: float = 60.0) -> None:
+        """Until the REST catalog's ``/v1/config`` answers (401/403: it wants a token, but serves)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._assert_running()
+            try:
+                if httpx.get(f"{self.rest_url}/v1/config", timeout=2).status_code in (200, 401, 403):
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"REST catalog not answering after {timeout:.0f}s; see {self.logs / 'rest-catalog.log'}")
 
     def wait_spark_connect(self, timeout: float = 180.0) -> None:
         if not self.connect_address:

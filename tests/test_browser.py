@@ -46,6 +46,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         catalog_name="ui",
         receiver_port=free_port(),
         airflow_port=free_port(),
+        rest_port=free_port(),
         spark_connect_url=f"sc://127.0.0.1:{free_port()}",
     )
     s = LocalStack(settings)
