@@ -33,7 +33,7 @@ from cdclake.watermark import SUMMARY_KEY
 FORMATS = ("table", "csv", "json")
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
-"""Spark name of the REST catalog that ``--catalog rest`` attaches (as in docs/engines.md)."""
+"""Spark name of the REST catalog that ``--catalog rest`` attaches (as in the README, "Query engines")."""
 TABLE_ROWS = 100
 """Default ``--max-rows`` of the table format; CSV and JSON print every row by default."""
 MAX_CELL = 60
