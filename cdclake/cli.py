@@ -248,7 +248,7 @@ def up(settings: Settings) -> int:
 
     with LocalStack(settings) as stack:
         stack.say(f"receiver: {settings.receiver_url}/v1/batches")
-        stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: README "Query engines")")
+        stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: see the README)")
         stack.say(f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password})")
         stack.say("Ctrl-C stops everything")
         _wait_forever(stack)
