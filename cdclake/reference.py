@@ -4,7 +4,6 @@ batches that were acknowledged, sharing no code with the pipeline."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,23 +88,38 @@ def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]])
 
 # ---------------------------------------------------------------- types, quarantine, run by run
 #
-# The apply job reads each run's staging objects as JSON and lets Spark infer ONE type per column
-# over every event of the run (duplicates and quarantined events included). A column gets that
-# type when the table first sees it, and it never changes afterwards: JSON inference yields
-# bigint, double, string, boolean and structs only, and Iceberg widens none of those. Every later
-# value is read as its run's inferred type, then cast to the column's type; it *fits* when the
-# cast succeeds and casting back gives the value read. An event with a value that does not fit
-# is quarantined and changes no row. The rules below restate Spark's JSON inference and casts in
-# plain Python over the values the property tests generate (integers within +-2**53, floats
-# written the same by Java and Python, ASCII strings, booleans, objects; no arrays, no nulls).
+# What the apply job promises about types, per table, restated in plain Python (no Spark):
 #
-# "Read as its run's inferred type" is the job's behaviour, modelled as is: a value is judged by
-# the company it keeps (5 next to "abc" is read as "5", which does not fit a double column; a
-# struct next to a string is read as JSON text, which fits no struct column). The semantics say
-# only the value that does not fit is quarantined: tests/test_semantics.py pins that divergence
-# in a strict xfail (test_one_malformed_value_does_not_quarantine_the_valid_values_of_its_run).
+# * A column's type is decided by the run that first brings it, and never changes: Spark's JSON
+#   inference over that run's values of the column (bigint for integers, double once a number has
+#   a fraction or exponent, string, boolean, a struct for objects, an array; values of different
+#   kinds in that run make it a string column; a column only ever null is a string column). The
+#   same holds for a struct field: a field new in a run is typed over that run's objects for the
+#   struct (values of the struct column that are no object do not fit anyway).
+# * Every value is judged on its own (not by the other values of its run) against its column's
+#   type, by its JSON kind:
+#     string   takes any value: a string as it is, anything else as its JSON text as staged
+#              (Spark's JSON reader does exactly that);
+#     bigint   a JSON integer within 64 bits; not 7.0 or 2.5, not the string "7", not a boolean;
+#     double   any JSON number (an integer becomes the nearest double); not a string ("NaN" neither);
+#     boolean  true or false only;
+#     struct   an object whose fields each fit (fields the struct lacks are new fields, added);
+#     array    an array whose elements each fit;
+#     null     fits every column.
+#   An event with a value that does not fit is quarantined with its reason and changes no row;
+#   the rest of its run applies. Debezium's unavailable placeholder (a top-level value) fits any
+#   column: the key keeps its previous value.
+# * Every event (producer, sequence) is decided once, by the first run that reads it: delivered
+#   again later, under any batch number, it is a duplicate: logged neither in the change history
+#   nor the quarantine again, applied never again.
+#
+# Modelled values are those the property tests generate: integers within 64 bits, floats written
+# the same by Java and Python (only where they become JSON text), ASCII strings, booleans,
+# objects, arrays.
 
-JsonType = str | dict[str, Any] | None  # "bigint" | "double" | "string" | "boolean" | {field: type}
+JsonType = str | dict[str, Any] | list[Any] | None
+"""A column type: "bigint" | "double" | "string" | "boolean", a struct as {field: type}, an
+array as [element type]; None for a value that is null (no type)."""
 
 
 @dataclass
@@ -115,7 +129,8 @@ class Expected:
     tables: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     """table -> rowId -> row, values as the table's column types hold them."""
     types: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """table -> column -> type (Spark's simple names; a struct is a dict of its fields)."""
+    """table -> column -> type (Spark's simple names; a struct is a dict of its fields, an array
+    a one-element list of its element type)."""
     quarantined: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
     """table -> (source, sequence) of every event quarantined by some run."""
     changes: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
@@ -123,45 +138,80 @@ class Expected:
 
 
 def infer_type(value: Any) -> JsonType:
-    """Spark's JSON type of one value."""
+    """Spark's JSON type of one value (before merging and the final step, :func:`_canonical`)."""
     if value is None:
         return None
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        if abs(value) > 2**53:
+        if not -(2**63) <= value < 2**63:
             raise NotImplementedError(f"integer {value} outside the modelled range")
         return "bigint"
     if isinstance(value, float):
-        _double_text(value)  # in the modelled range
+        if value != value or value in (float("inf"), float("-inf")):
+            raise NotImplementedError(f"double {value!r} is no JSON")
         return "double"
     if isinstance(value, str):
         return "string"
     if isinstance(value, dict):
         return {k: infer_type(v) for k, v in value.items()}
+    if isinstance(value, list):
+        element: JsonType = None
+        for v in value:
+            element = merge_types(element, infer_type(v))
+        return [element]
     raise NotImplementedError(f"{type(value).__name__} values are not modelled")
 
 
 def merge_types(a: JsonType, b: JsonType) -> JsonType:
-    """The type Spark's JSON inference gives a column holding values of types ``a`` and ``b``."""
+    """The type Spark's JSON inference gives values of types ``a`` and ``b``."""
     if a is None:
         return b
     if b is None or a == b:
         return a
     if isinstance(a, dict) and isinstance(b, dict):
         return {k: merge_types(a.get(k), b.get(k)) for k in [*a, *(k for k in b if k not in a)]}
+    if isinstance(a, list) and isinstance(b, list):
+        return [merge_types(a[0], b[0])]
     if sorted(map(str, (a, b))) == ["bigint", "double"]:
         return "double"
     return "string"  # anything else mixed: the JSON text of each value
 
 
 def _canonical(t: JsonType) -> JsonType:
-    """A field that was null in every event is inferred as string."""
+    """Inference's last step: null-only is a string; a struct without fields is no column."""
     if t is None:
         return "string"
     if isinstance(t, dict):
-        return {k: _canonical(v) for k, v in t.items()}
+        fields = {k: c for k, c in ((k, _canonical(v)) for k, v in t.items()) if c is not None}
+        return fields or None
+    if isinstance(t, list):
+        element = _canonical(t[0])
+        return None if element is None else [element]
     return t
+
+
+def column_type(table: JsonType, values: list[Any]) -> JsonType:
+    """A column's type after a run with these (non-null) values: the inferred one if the column
+    is new (``table`` None), else the table's, with new struct fields typed over the run's
+    objects for the struct (and arrays' elements likewise). None: no column (only empty objects)."""
+    if table is None:
+        inferred: JsonType = None
+        for v in values:
+            inferred = merge_types(inferred, infer_type(v))
+        return _canonical(inferred)
+    if isinstance(table, dict):
+        objects = [v for v in values if isinstance(v, dict)]
+        out = dict(table)
+        for k in [*table, *sorted({k for o in objects for k in o if k not in table})]:
+            t = column_type(table.get(k), [o[k] for o in objects if o.get(k) is not None])
+            if t is not None:
+                out[k] = t
+        return out
+    if isinstance(table, list):
+        elements = [e for v in values if isinstance(v, list) for e in v if e is not None]
+        return [column_type(table[0], elements)]
+    return table
 
 
 def _double_text(d: float) -> str:
@@ -172,7 +222,7 @@ def _double_text(d: float) -> str:
 
 
 def _json_text(value: Any) -> str:
-    """Compact JSON, as the receiver writes it and Spark copies it into a string column."""
+    """Compact JSON, as the receiver stages it and Spark copies it into a string column."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -183,89 +233,48 @@ def _json_text(value: Any) -> str:
         return _double_text(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
     return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_json_text(v)}" for k, v in value.items()) + "}"
 
 
-def read_as(value: Any, t: JsonType) -> Any:
-    """The value Spark reads for JSON ``value`` in a column inferred as ``t``."""
+def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
+    """``(value as a column of type t holds it, whether it fits)``, by the value's JSON kind."""
     if value is None:
-        return None
+        return None, True
     if t == "string":
-        return value if isinstance(value, str) else _json_text(value)
+        return (value if isinstance(value, str) else _json_text(value)), True
+    if t == "bigint":
+        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+        return (value if ok else None), ok
     if t == "double":
-        return float(value)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return (float(value) if ok else None), ok
+    if t == "boolean":
+        ok = isinstance(value, bool)
+        return (value if ok else None), ok
     if isinstance(t, dict):
-        return {k: read_as(value.get(k), ft) for k, ft in t.items()}
-    return value
-
-
-_LONG = re.compile(r"^[+-]?[0-9]+$")
-_DOUBLE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
-_TRUE, _FALSE = {"t", "true", "y", "yes", "1"}, {"f", "false", "n", "no", "0"}
-
-
-def _cast(value: Any, src: str, dst: str) -> Any:
-    """Spark's ``try_cast`` between the primitive JSON types; None where it fails."""
-    if src == dst:
-        return value
-    if dst == "string":
-        if src == "boolean":
-            return "true" if value else "false"
-        return _double_text(value) if src == "double" else str(value)
-    if dst == "bigint":
-        if src == "double":
-            return int(value) if -(2**63) <= value < 2**63 else None
-        if src == "boolean":
-            return int(value)
-        s = value.strip()
-        return int(s) if _LONG.match(s) and -(2**63) <= int(s) < 2**63 else None
-    if dst == "double":
-        if src == "string":
-            s = value.strip()
-            return float(s) if _DOUBLE.match(s) else None
-        return float(value)
-    if dst == "boolean":
-        if src == "string":
-            s = value.strip().lower()
-            return True if s in _TRUE else False if s in _FALSE else None
-        return value != 0
-    raise NotImplementedError(f"cast {src} -> {dst}")
-
-
-def conform(value: Any, src: JsonType, dst: JsonType) -> tuple[Any, bool]:
-    """``(value as the column holds it, does not fit)`` for a value read as ``src``."""
-    if value is None:
-        return None, False
-    if isinstance(dst, dict) or isinstance(src, dict):
-        if not (isinstance(dst, dict) and isinstance(src, dict)):
-            return None, True  # a struct and a non-struct never fit
-        out, bad = {}, False
-        for k, ft in dst.items():
-            out[k], b = conform(value.get(k), src[k], ft) if k in src else (None, False)
-            bad = bad or b
-        return out, bad
-    assert isinstance(src, str) and isinstance(dst, str)
-    cast = _cast(value, src, dst)
-    return cast, cast is None or _cast(cast, dst, src) != value
-
-
-def evolve(table: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """A table's columns after a run inferred ``run``: missing columns and struct fields are
-    added with the run's type; existing ones keep theirs."""
-    out = dict(table)
-    for k, t in run.items():
-        if k not in out:
-            out[k] = t
-        elif isinstance(out[k], dict) and isinstance(t, dict):
-            out[k] = evolve(out[k], t)
-    return out
+        if not isinstance(value, dict):
+            return None, False
+        out, ok = {}, True
+        for k, ft in t.items():
+            out[k], good = fit(value.get(k), ft)
+            ok = ok and good
+        return out, ok
+    if isinstance(t, list):
+        if not isinstance(value, list):
+            return None, False
+        elements = [fit(v, t[0]) for v in value]
+        return [v for v, _ in elements], all(good for _, good in elements)
+    raise NotImplementedError(f"type {t!r}")
 
 
 def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
     """:func:`expected_tables`, run by run: ``runs`` lists the batches each apply run consumed
     (every table's run reads the objects its batches landed). Also predicts column types, the
-    quarantine and the change history. Crashed runs need no special case: a re-run over the
-    same objects decides the same, and a crashed run's schema changes are the re-run's own."""
+    quarantine and the change history, by the rules above. Crashed runs need no special case:
+    the re-run finishes the crashed run's objects with the same decisions, and a crashed run's
+    schema changes are the re-run's own."""
     out = Expected()
     Rank = tuple[list[int], str, int]  # (ordering value, source, sequence)
     accepted: dict[str, dict[tuple[str, int], tuple[Rank, str, str, Any]]] = {}
@@ -275,32 +284,30 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
             for ev in batch["events"]:
                 per_table.setdefault(ev["table"].lower(), []).append((batch["source"], ev))
         for table, events in per_table.items():
-            inferred: JsonType = {}
-            for _, ev in events:
-                inferred = merge_types(inferred, infer_type(ev.get("after") or {}))
-            run_type = _canonical(inferred)
+            # Every delivery of the run counts for new types, decided before or not.
+            run_type = column_type(out.types.get(table, {}), [ev.get("after") or {} for _, ev in events])
             assert isinstance(run_type, dict)
-            types = out.types[table] = evolve(out.types.get(table, {}), run_type)
+            types = out.types[table] = run_type
             quarantined = out.quarantined.setdefault(table, set())
             done = accepted.setdefault(table, {})
-            seen: set[tuple[str, int]] = set()
             for source, ev in events:
                 ident = (source, ev["sequence"])
-                if ident in seen:
-                    continue  # the same event delivered twice in one run: one decision
-                seen.add(ident)
-                row, bad = None, False
+                if ident in done or ident in quarantined:
+                    continue  # decided by an earlier run or delivery: a duplicate
+                row, ok = None, True
                 if ev["operation"] != "DELETE":
                     row = {}
-                    for c, v in read_as(ev.get("after") or {}, run_type).items():
-                        if v == UNAVAILABLE and run_type[c] == "string":
+                    for c, v in (ev.get("after") or {}).items():
+                        if v == UNAVAILABLE:
                             row[c] = v  # not a value: the key keeps its previous one
                             continue
-                        row[c], b = conform(v, run_type[c], types[c])
-                        bad = bad or b
-                if bad:
+                        if c not in types:
+                            continue  # only ever empty objects: no column
+                        row[c], good = fit(v, types[c])
+                        ok = ok and good
+                if not ok:
                     quarantined.add(ident)
-                elif ident not in done:
+                else:
                     rank = (list(ev.get("order") or [ev["sequence"]]), source, ev["sequence"])
                     done[ident] = (rank, ev["rowId"], ev["operation"], row)
     for table, done in accepted.items():

@@ -1,8 +1,10 @@
 """Apply one table's pending staging objects to its Iceberg table, exactly once.
 
-read staging -> normalise -> drop exact duplicates -> quarantine values that do not fit the table
--> newest event per key -> classify against the table and its tombstones (applied / late /
-duplicate) -> commit, each commit carrying its own consumed-staging watermark:
+infer the run's JSON types -> read staging again, each value parsed straight into its column's
+table type (a value that does not convert quarantines its event) -> normalise -> drop exact
+duplicates -> events an earlier run already logged are duplicates -> newest event per key ->
+classify against the table and its tombstones (applied / superseded / late / duplicate) -> commit,
+each commit carrying its own consumed-staging watermark:
 
 1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
@@ -10,8 +12,10 @@ duplicate) -> commit, each commit carrying its own consumed-staging watermark:
 4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
 
 Steps 1-3 run before 4 and each skips objects its own watermark already holds, so a crash at any
-point followed by a re-run gives the same tables. Re-running on the same staging data finds
-nothing pending and commits nothing.
+point followed by a re-run gives the same tables: the re-run first finishes exactly the crashed
+run's objects (those a side table's watermark holds and the table's does not), objects that
+landed since wait for the next run. Re-running on the same staging data finds nothing pending
+and commits nothing.
 
 Run by the ``cdc_apply`` DAG through spark-submit::
 
@@ -26,11 +30,20 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
 
 from cdclake import staging
 from cdclake.catalog import load_table, table_watermark
@@ -39,7 +52,7 @@ from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
 from cdclake.tables import TableOptions, load_table_config, transform_column
 from cdclake.watermark import SUMMARY_KEY, Watermark
-from spark_jobs.schema import conform, missing_fields, widenings
+from spark_jobs.schema import conform, hides_fields, missing_fields, read_type, variant_json_type, widenings
 
 KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
 SEQ = "_cdc_seq"
@@ -55,7 +68,26 @@ REASON = "_cdc_w_reason"
 OUTCOME = "_cdc_w_outcome"
 KEEP = "_cdc_w_keep"  # names of columns whose value was unavailable: keep what is stored
 COPIES = "_cdc_w_copies"  # deliveries of one distinct event
-WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, COPIES)
+CORRUPT = "_cdc_w_line"  # the staged line of an event with a value the read types do not take
+SEEN = "_cdc_w_seen"  # an earlier run already logged this event (accepted or quarantined)
+WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, COPIES, CORRUPT, SEEN)
+
+# A staged line's fields besides the after-image (cdclake.events.StagedEvent), as the job reads them.
+STAGED = StructType(
+    [
+        StructField("source", StringType()),
+        StructField("batchSequence", LongType()),
+        StructField("sequence", LongType()),
+        StructField("timestamp", LongType()),
+        StructField("operation", StringType()),
+        StructField("rowId", StringType()),
+        StructField("order", ArrayType(LongType())),
+    ]
+)
+# The same parser options for every parse of a staged line (the file read and the re-parses of a
+# corrupt one). Spark's default would read the strings "NaN" and "Infinity" into a double column.
+JSON_OPTIONS = {"allowNonNumericNumbers": "false"}
+HISTORY_OBJECT = "_cdc_object"  # the staging object an event of __changes/__quarantine came in
 
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
@@ -91,15 +123,169 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("operation").cast("string").alias(OP),
         (F.col(OBJECT) if OBJECT in raw.columns else F.lit(None).cast("string")).alias(OBJECT),
         after.alias("after"),
+        *([CORRUPT] if CORRUPT in raw.columns else []),
     )
 
 
-def read_staging(spark: SparkSession, uris: list[str]) -> DataFrame:
-    """Staging objects as rows, each tagged with its object name for the per-table watermarks."""
-    raw = spark.read.option("mode", "FAILFAST").json(uris)
+def infer_staging(spark: SparkSession, uris: list[str]) -> StructType:
+    """Pass 1 over the run's objects: Spark's JSON inference (FAILFAST: a malformed line is not
+    data, it stops the job). It names the run's columns and types the ones that are new."""
+    return spark.read.option("mode", "FAILFAST").json(uris).schema
+
+
+def _user_fields(t: DataType) -> list[StructField]:
+    fields = t.fields if isinstance(t, StructType) else []
+    return [f for f in fields if f.name not in SYSTEM_COLUMNS and f.name not in WORK_COLUMNS]
+
+
+def after_read_type(
+    spark: SparkSession, uris: list[str], inferred: StructType, table: StructType | None
+) -> StructType | None:
+    """The after-image's read type: per column of the run, the table's type where the table has
+    the column (:func:`spark_jobs.schema.read_type`), else the inferred one. None: no after-images.
+
+    Where inference merged a struct column's objects with values of another kind into a string,
+    the run's new struct fields are found from each value's own shape (one more pass, over that
+    column only)."""
+    if "after" not in inferred.fieldNames():
+        return None
+    columns = _user_fields(inferred["after"].dataType)
+    have = {f.name.lower(): f.dataType for f in (table.fields if table is not None else [])}
+    hidden = [f.name for f in columns if f.name.lower() in have and hides_fields(have[f.name.lower()], f.dataType)]
+    shapes: dict[str, list[DataType]] = {}
+    if hidden:
+        variants = StructType([StructField("after", StructType([StructField(c, VariantType()) for c in hidden]))])
+        got = (
+            spark.read.schema(variants)
+            .json(uris)
+            .select(
+                *[
+                    F.collect_set(F.schema_of_variant(F.col("after").getField(c))).alias(f"c{i}")
+                    for i, c in enumerate(hidden)
+                ]
+            )
+            .first()
+        )
+        assert got is not None
+        for i, c in enumerate(hidden):
+            shapes[c] = [t for t in (variant_json_type(x) for x in got[f"c{i}"]) if t is not None]
+    fields = []
+    for f in columns:
+        t = read_type(have.get(f.name.lower()), shapes.get(f.name, [f.dataType]))
+        if t is not None:
+            fields.append(StructField(f.name, t))
+    return StructType(fields)
+
+
+def read_staging(spark: SparkSession, uris: list[str], after: StructType | None = None) -> DataFrame:
+    """Pass 2: staged events as rows, values parsed straight into ``after``'s types, each row
+    tagged with its object name for the per-table watermarks.
+
+    An event with a value the parser cannot convert (``"x"`` or ``2.5`` into a bigint) is a
+    corrupt record: CORRUPT holds its line and its system fields come from re-parsing that line.
+    Which events are corrupt depends on the columns a query reads: read the result once, with
+    every column (the job caches it)."""
+    fields = [*STAGED.fields, *([StructField("after", after)] if after is not None else [])]
+    raw = (
+        spark.read.schema(StructType([*fields, StructField(CORRUPT, StringType())]))
+        .options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, **JSON_OPTIONS)
+        .json(uris)
+    )
+    line = F.col(CORRUPT)
     # <day>/<hour>/<file>; substring_index, not a regex: a regex per row cost ~2.5 s per 1M events.
     name = F.substring_index(F.col("_metadata.file_path"), "/", -3)
-    return raw.withColumn(OBJECT, name)
+    staged = "_cdc_w_staged"
+    raw = raw.select("*", F.when(line.isNotNull(), F.from_json(line, STAGED, JSON_OPTIONS)).alias(staged))
+    fixed = [F.coalesce(F.col(staged).getField(f.name), F.col(f.name)).alias(f.name) for f in STAGED]
+    return raw.select(*fixed, *(["after"] if after is not None else []), CORRUPT, name.alias(OBJECT))
+
+
+def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) -> DataFrame:
+    """``fitted`` (:func:`fit_to_table`'s rows) with its corrupt events (CORRUPT set) explained:
+    REASON names each column whose value does not fit, with the value; the other columns keep
+    their values. An unavailable placeholder fits any column: its value becomes NULL and its
+    column goes to KEEP. A corrupt event with no such column found still gets a reason: nothing
+    the parser refused is accepted. Meant for the few corrupt events on top of the cached rows."""
+    line = F.col(CORRUPT)
+    broken = line.isNotNull()
+    table = {f.name.lower(): f for f in target.fields}
+    pairs = [(f, table[f.name.lower()]) for f in after.fields if f.name.lower() in table]
+    typed = [(f, t) for f, t in pairs if not isinstance(f.dataType, StringType)]
+    refused = "_cdc_refused"
+    strict = {**JSON_OPTIONS, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": refused}
+
+    def image(fields: list[StructField], *extra: StructField) -> StructType:
+        return StructType([StructField("after", StructType(fields)), *extra])
+
+    # Each parse once, of a corrupt line only: one projection per step keeps every later
+    # reference a column (Spark does not inline an expensive expression used more than once).
+    text, kinds = "_cdc_w_texts", "_cdc_w_kinds"
+    checks = [f"_cdc_w_check{i}" for i in range(len(typed))]
+    texts = image([StructField(f.name, StringType()) for f, _ in pairs])
+    variants = image([StructField(f.name, VariantType()) for f, _ in typed])
+    parsed = fitted.select(
+        "*",
+        F.when(broken, F.from_json(line, texts, JSON_OPTIONS).getField("after")).alias(text),
+        F.when(broken, F.from_json(line, variants, JSON_OPTIONS).getField("after")).alias(kinds),
+        *[
+            F.when(broken, F.from_json(line, image([f], StructField(refused, StringType())), strict)).alias(c)
+            for (f, _), c in zip(typed, checks, strict=True)
+        ],
+    )
+    failed = {f.name: F.col(c).getField(refused).isNotNull() for (f, _), c in zip(typed, checks, strict=True)}
+    held = {f.name: F.col(text).getField(f.name) == UNAVAILABLE for f, _ in pairs}
+    shape = {n: F.schema_of_variant(F.col(kinds).getField(n)) for n in failed}
+    flags = parsed.select(
+        "*",
+        *[(failed[n] & ~held[n]).alias(f"_cdc_w_bad{i}") for i, n in enumerate(failed)],
+        *[
+            F.when(s.startswith("OBJECT"), "object")
+            .when(s.startswith("ARRAY"), "array")
+            .when(s == "STRING", "string")
+            .when(s == "BOOLEAN", "boolean")
+            .otherwise("number")
+            .alias(f"_cdc_w_kind{i}")
+            for i, s in enumerate(shape.values())
+        ],
+    )
+    reasons, values = [], {}
+    for i, ((f, t), c) in enumerate(zip(typed, checks, strict=True)):
+        bad, kind, shown = F.col(f"_cdc_w_bad{i}"), F.col(f"_cdc_w_kind{i}"), F.col(text).getField(f.name)
+        shown = F.when(kind == "string", F.regexp_extract(F.to_json(F.array(shown)), r"^\[(.*)\]$", 1)).otherwise(shown)
+        prefix, suffix = f"column {t.name}: ", f" does not fit {t.dataType.simpleString()}"
+        why = F.concat(F.lit(prefix), kind, F.lit(" "), F.substring(shown, 1, 200), F.lit(suffix))
+        reasons.append(F.when(bad, why))
+        # Partial results kept the values of the columns that did parse; else the re-parse.
+        reparsed = conform(F.col(c).getField("after").getField(f.name), f.dataType, t.dataType)[0]
+        values[t.name] = F.when(failed[f.name] | held[f.name], F.lit(None).cast(t.dataType)).otherwise(
+            F.coalesce(F.col(t.name), reparsed)
+        )
+    for f, t in pairs:
+        if t.name not in values:  # a string column takes any value (a non-string as its JSON text)
+            values[t.name] = F.when(held[f.name], F.lit(None).cast(t.dataType)).otherwise(
+                F.coalesce(F.col(t.name), F.col(text).getField(f.name))
+            )
+    kept = [F.when(held[f.name], F.lit(t.name)) for f, t in pairs]
+    explained = flags.select(
+        "*",
+        (F.concat_ws("; ", *reasons) if reasons else F.lit("")).alias("_cdc_w_named"),
+        (F.filter(F.array(*kept), lambda x: x.isNotNull()) if kept else F.array()).alias("_cdc_w_held"),
+    )
+    named, found = F.col("_cdc_w_named"), F.col("_cdc_w_held")
+    unknown = F.concat(F.lit("event does not fit the table: "), F.substring(line, 1, 200))
+    reason = F.when(named != "", named).when(F.size(found) == 0, unknown)
+    out = []
+    for c in fitted.columns:
+        if c in values:
+            out.append(F.when(broken, values[c]).otherwise(F.col(c)).alias(c))
+        elif c == REASON:
+            out.append(F.when(broken, F.coalesce(F.col(REASON), reason)).otherwise(F.col(REASON)).alias(c))
+        elif c == KEEP:
+            keep = F.array_distinct(F.concat(F.col(KEEP), found.cast("array<string>")))
+            out.append(F.when(broken, keep).otherwise(F.col(KEEP)).alias(c))
+        else:
+            out.append(F.col(c))
+    return explained.select(*out)
 
 
 def drop_exact_duplicates(events: DataFrame, copies: str | None = None) -> DataFrame:
@@ -116,7 +302,7 @@ def flatten(events: DataFrame) -> DataFrame:
     t = events.schema["after"].dataType
     fields = [f.name for f in t.fields] if isinstance(t, StructType) else []
     user = [n for n in fields if n not in SYSTEM_COLUMNS and n not in WORK_COLUMNS]
-    extra = [COPIES] if COPIES in events.columns else []
+    extra = [c for c in (COPIES, CORRUPT) if c in events.columns]
     return events.select(
         KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, ORDER, OP, OBJECT, *extra
     )
@@ -166,10 +352,13 @@ def fill_unavailable(valid: DataFrame, columns: Sequence[str]) -> DataFrame:
 def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
     """Rows in the table's column order and types, plus REASON (null when every value fits).
 
-    Columns the event lacks become NULL: an after-image is the whole row.
+    Columns the event lacks become NULL: an after-image is the whole row. Values read as the
+    table's types (see :func:`read_staging`) fit as they are; the parser's refusals are
+    :func:`explain_corrupt`'s.
     """
-    present = {f.name.lower(): f for f in rows.schema.fields}
-    cols, reasons = [], []
+    present = {f.name.lower(): f for f in rows.schema.fields if f.name not in WORK_COLUMNS}
+    cols: list[Column] = []
+    reasons: list[Column] = []
     for f in target.fields:
         src = present.get(f.name.lower())
         if src is None:
@@ -182,7 +371,7 @@ def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
         reasons.append(F.when(bad, F.concat(F.lit(why), shown)))
     reason = F.concat_ws("; ", *reasons) if reasons else F.lit("")
     keep = F.col(KEEP) if KEEP in rows.columns else F.array().cast("array<string>")
-    extra = [COPIES] if COPIES in rows.columns else []
+    extra = [c for c in (COPIES, CORRUPT) if c in rows.columns]
     return rows.select(*cols, OP, OBJECT, keep.alias(KEEP), F.when(reason != "", reason).alias(REASON), *extra)
 
 
@@ -398,11 +587,18 @@ def apply_table(
     listed_at_ms = int(time.time() * 1000)
     listed_keys = list(store.list(table, after=wm_main.low))
     unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]
-    pending = unconsumed[:max_objects]
+    # A crashed run logged its decisions in side tables the main table never caught up with: the
+    # re-run first finishes exactly those objects (their events keep those decisions); objects
+    # that landed since wait for the next run.
+    logged = _aux_watermarks(settings, table)
+    resumed = [k for k in unconsumed if any(wm.consumed(k.name) for wm in logged)]
+    pending = resumed or unconsumed[:max_objects]
     result: dict[str, Any] = {"table": table, "objects": len(pending), "pending_total": len(unconsumed)}
     if not pending:
         result["committed"] = False
         return result
+    if resumed:
+        result["resumed"] = True
     run = Run(
         spark,
         settings,
@@ -413,25 +609,63 @@ def apply_table(
     names = [k.name for k in pending]
 
     phase("list")
-    events = normalise(read_staging(spark, [store.uri(k) for k in pending]))
+    uris = [store.uri(k) for k in pending]
+    inferred = infer_staging(spark, uris)
+    existing = spark.table(ident).schema if spark.catalog.tableExists(ident) else None
+    after = after_read_type(spark, uris, inferred, existing)
+    events = normalise(read_staging(spark, uris, after))
     phase("read")  # JSON schema inference (a pass over the files)
     deduped = drop_exact_duplicates(events, copies=COPIES)
     rows = mark_unavailable(flatten(deduped))
     target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table))
+    # Cached with every column: which events the parser calls corrupt depends on the columns a
+    # scan reads, so every later use must see this one parse.
     fitted = fit_to_table(rows, target).cache()
-    # One pass (parse, dedup, fit, cache) gives every count and the unavailable columns.
-    stats = fitted.agg(
-        F.sum(COPIES).alias("received"),
-        F.count(F.lit(1)).alias("distinct"),
-        F.count(REASON).alias("quarantined"),
-        F.array_distinct(F.flatten(F.collect_set(KEEP))).alias("unavailable"),
-    ).first()
-    assert stats is not None
-    received, distinct, n_quarantined = stats["received"] or 0, stats["distinct"], stats["quarantined"]
-    unavailable = sorted(stats["unavailable"] or [])
-    quarantined = fitted.where(F.col(REASON).isNotNull())
+    # One pass (parse, dedup, fit, cache) gives every count, per producer, and the unavailable columns.
+    per_source = (
+        fitted.groupBy(SOURCE)
+        .agg(
+            F.sum(COPIES).alias("received"),
+            F.count(F.lit(1)).alias("distinct"),
+            F.count(REASON).alias("quarantined"),
+            F.count(CORRUPT).alias("corrupt"),
+            F.min(SEQ).alias("low"),
+            F.max(SEQ).alias("high"),
+            F.array_distinct(F.flatten(F.collect_set(KEEP))).alias("unavailable"),
+        )
+        .collect()
+    )
+    received = sum(r["received"] or 0 for r in per_source)
+    distinct = sum(r["distinct"] for r in per_source)
+    n_quarantined = sum(r["quarantined"] for r in per_source)
+    unavailable = sorted({c for r in per_source for c in r["unavailable"] or []})
+    if any(r["corrupt"] for r in per_source):
+        fitted = explain_corrupt(fitted, after or StructType([]), target)
+        again = fitted.agg(
+            F.count(REASON).alias("quarantined"), F.array_distinct(F.flatten(F.collect_set(KEEP))).alias("unavailable")
+        ).first()
+        assert again is not None
+        n_quarantined, unavailable = again["quarantined"], sorted(again["unavailable"] or [])
     phase("fit")
-    valid = fill_unavailable(fitted.where(F.col(REASON).isNull()).drop(REASON), unavailable)
+    ranges = [(r[SOURCE], r["low"], r["high"]) for r in per_source]
+    seen = logged_before(run, fitted, ranges, names if resumed else ())
+    n_seen = 0
+    if seen is not None:
+        seen = seen.localCheckpoint(eager=True)
+        n_seen = seen.count()
+    if seen is not None and n_seen:
+        marked = fitted.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
+            *fitted.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
+        )
+        again = marked.where(F.col(SEEN)).agg(F.count(REASON).alias("quarantined")).first()
+        assert again is not None
+        n_quarantined -= again["quarantined"]
+    else:
+        marked = fitted.withColumn(SEEN, F.lit(False))
+    phase("history")
+    quarantined = marked.where(F.col(REASON).isNotNull() & ~F.col(SEEN))
+    valid = marked.where(F.col(REASON).isNull() & ~F.col(SEEN)).drop(REASON, SEEN, CORRUPT)
+    valid = fill_unavailable(valid, unavailable)
     tomb_ident = run.ident(TOMBSTONES)
     tombstones = (
         spark.table(tomb_ident)
@@ -453,7 +687,7 @@ def apply_table(
     counts = {
         "received": received,
         "applied": outcomes.get("applied", 0),
-        "duplicate": received - distinct + outcomes.get("duplicate", 0),
+        "duplicate": received - distinct + n_seen + outcomes.get("duplicate", 0),
         "superseded": outcomes.get("superseded", 0),
         "late": outcomes.get("late", 0),
         "quarantined": n_quarantined,
@@ -477,7 +711,7 @@ def apply_table(
             TS,
             SOURCE,
             F.col(OP).alias("_cdc_operation"),
-            F.col(OBJECT).alias("_cdc_object"),
+            F.col(OBJECT).alias(HISTORY_OBJECT),
             F.col(REASON).alias("_cdc_reason"),
             committed_at.alias("_cdc_quarantined_at"),
         ),
@@ -494,9 +728,10 @@ def apply_table(
             F.col(OP).alias("_cdc_operation"),
             F.col(OUTCOME).alias("_cdc_outcome"),
             committed_at.alias("_cdc_committed_at"),
+            F.col(OBJECT).alias(HISTORY_OBJECT),
         ),
         wm_main,
-        known=distinct - n_quarantined - outcomes.get("duplicate", 0),
+        known=distinct - n_seen - n_quarantined - outcomes.get("duplicate", 0),
     )
     # 3. tombstones
     applied = classified.where(F.col(OUTCOME) == "applied")
@@ -524,6 +759,54 @@ def apply_table(
     fitted.unpersist()
     result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2), phases=phases)
     return result
+
+
+def _aux_watermarks(settings: Settings, table: str) -> list[Watermark]:
+    """The watermarks the side tables' own commits carry (none for a side table never written)."""
+    found = (table_watermark(settings, table + suffix) for suffix in (QUARANTINE, CHANGES, TOMBSTONES))
+    return [wm for wm in found if wm is not None]
+
+
+def logged_before(
+    run: Run, events: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str]
+) -> DataFrame | None:
+    """(SOURCE, SEQ, SEEN) of the ``events`` that ``__changes`` or ``__quarantine`` already hold:
+    an earlier run decided them (an event delivered again, e.g. re-sent under a new batch number),
+    so now they count as duplicates and are neither logged nor applied again. None: no history.
+
+    ``ranges`` (producer, lowest and highest sequence in this run) prune the history scan to the
+    data files whose column metrics can hold such events; this run's events are the broadcast
+    side (the history is the side that grows).
+    In the re-run of a crashed run (``resumed``: its objects), what the crashed attempt logged
+    from those objects is this run's own decision, not an earlier one."""
+    if len(ranges) <= 32:
+        window = reduce(
+            lambda a, b: a | b,
+            [(F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges],
+            F.lit(False),
+        )
+    else:
+        window = F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges))
+    logged = []
+    for suffix in (CHANGES, QUARANTINE):
+        ident = run.ident(suffix)
+        if not run.spark.catalog.tableExists(ident):
+            continue
+        history = run.spark.table(ident)
+        where = window
+        if resumed:
+            obj = F.col(HISTORY_OBJECT) if HISTORY_OBJECT in history.columns else F.lit(None).cast("string")
+            where = where & obj.isNotNull() & ~obj.isin(list(resumed))
+        logged.append(history.where(where).select(SOURCE, SEQ))
+    if not logged:
+        return None
+    ids = F.broadcast(events.select(SOURCE, SEQ))
+    return (
+        reduce(lambda a, b: a.unionByName(b), logged)
+        .join(ids, [SOURCE, SEQ], "left_semi")
+        .distinct()
+        .withColumn(SEEN, F.lit(True))
+    )
 
 
 def _aux_watermark(run: Run, suffix: str, wm_main: Watermark) -> Watermark:

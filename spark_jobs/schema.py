@@ -1,28 +1,40 @@
-"""Fitting inferred after-image types to a table's schema.
+"""Types of a run's after-images against a table's schema.
 
-JSON inference gives each micro-batch its own types. Against the table we:
+A run's staging objects are read twice: Spark's JSON inference first (it names the run's columns
+and types the ones the table does not have yet), then with an explicit *read type* per column
+(:func:`read_type`): the TABLE's type for every column and struct field it already has, the
+inferred type for what is new. Spark's JSON parser then converts each value straight to the
+table's type, value by value; a value it cannot convert makes its event a corrupt record, which
+the apply job quarantines. Against the table we then:
 * add columns (top level, inside structs, inside arrays of structs) the table lacks;
-* widen a column when Iceberg allows it (int->long, float->double, decimal precision up);
-* otherwise cast value by value, and call a value *bad* when it does not survive the round trip
-  (``"abc"`` into a long, ``12.5`` into a long): its event is quarantined with the reason.
+* widen a column when Iceberg allows it (int->long, float->double, decimal precision up).
 
-Structs are rebuilt field by field BY NAME: Spark's struct-to-struct cast is positional, and
-inference orders fields alphabetically while the table keeps them in the order they were added.
+Structs are rebuilt field by field BY NAME (:func:`conform`): Spark's struct-to-struct cast is
+positional, and inference orders fields alphabetically while the table keeps them in the order
+they were added.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import reduce
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     DataType,
     DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     NullType,
+    StringType,
+    StructField,
     StructType,
 )
 
@@ -107,3 +119,163 @@ def _any(bads: list[Column]) -> Column:
     for b in bads:
         out = out | b
     return out
+
+
+# ---------------------------------------------------------------- read types
+
+
+def json_merge(a: DataType | None, b: DataType | None) -> DataType | None:
+    """The type Spark's JSON inference gives values of types ``a`` and ``b`` (None: only nulls)."""
+    if a is None or isinstance(a, NullType):
+        return b
+    if b is None or isinstance(b, NullType) or a == b:
+        return a
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        names = sorted({f.name for f in a.fields} | {f.name for f in b.fields})
+        have_a, have_b = {f.name: f.dataType for f in a.fields}, {f.name: f.dataType for f in b.fields}
+        return StructType([StructField(n, _or_null(json_merge(have_a.get(n), have_b.get(n)))) for n in names])
+    if isinstance(a, ArrayType) and isinstance(b, ArrayType):
+        return ArrayType(_or_null(json_merge(a.elementType, b.elementType)))
+    numbers = {type(a), type(b)}
+    if numbers <= {LongType, DoubleType, DecimalType}:
+        if DoubleType in numbers:
+            return DoubleType()
+        da, db = (t if isinstance(t, DecimalType) else DecimalType(20, 0) for t in (a, b))
+        scale = max(da.scale, db.scale)
+        digits = max(da.precision - da.scale, db.precision - db.scale)
+        return DecimalType(digits + scale, scale) if digits + scale <= 38 else DoubleType()
+    return StringType()  # anything else mixed: each value's JSON text
+
+
+def _or_null(t: DataType | None) -> DataType:
+    # Not ``t or NullType()``: an empty StructType is falsy.
+    return NullType() if t is None else t
+
+
+def json_canonical(t: DataType | None) -> DataType | None:
+    """Spark's last inference step: null-only becomes string, empty structs are dropped."""
+    if t is None or isinstance(t, NullType):
+        return StringType()
+    if isinstance(t, StructType):
+        fields = []
+        for f in t.fields:
+            ft = json_canonical(f.dataType)
+            if f.name and ft is not None:
+                fields.append(StructField(f.name, ft))
+        return StructType(fields) if fields else None
+    if isinstance(t, ArrayType):
+        et = json_canonical(t.elementType)
+        return ArrayType(et) if et is not None else None
+    return t
+
+
+def read_type(table: DataType | None, values: Sequence[DataType]) -> DataType | None:
+    """The type a run reads a column as, given the table's type (None: a new column) and the
+    types of the run's values (their inferred merge, or each distinct value's own type).
+
+    New columns and struct fields take Spark's JSON inference over the values; existing ones keep
+    the table's type (widened where a value needs it and Iceberg allows). Where the table has a
+    struct (array), only the run's object (array) values can bring new fields: the others do not
+    fit anyway. None: nothing to read (the column only ever held empty objects).
+    """
+    if table is None:
+        return json_canonical(reduce(json_merge, values, None))
+    if isinstance(table, StructType):
+        objects = [v for v in values if isinstance(v, StructType)]
+        fields = []
+        matched: set[str] = set()
+        for f in table.fields:
+            subs = [g for o in objects for g in o.fields if g.name.lower() == f.name.lower()]
+            spelled = sorted({g.name for g in subs}) or [f.name]  # the parser matches names exactly
+            for name in spelled:
+                t = read_type(f.dataType, [g.dataType for g in subs if g.name == name])
+                fields.append(StructField(name, f.dataType if t is None else t, f.nullable))
+            matched.add(f.name.lower())
+        new = sorted({g.name for o in objects for g in o.fields if g.name.lower() not in matched})
+        for name in new:
+            t = read_type(None, [g.dataType for o in objects for g in o.fields if g.name == name])
+            if t is not None:
+                fields.append(StructField(name, t))
+        return StructType(fields)
+    if isinstance(table, ArrayType):
+        elements = [v.elementType for v in values if isinstance(v, ArrayType)]
+        t = read_type(table.elementType, elements)
+        return ArrayType(table.elementType if t is None else t, table.containsNull)
+    if isinstance(table, MapType):
+        return table
+    wider = [v for v in values if safe_widening(v, table)]
+    return max(wider, key=lambda t: t.precision if isinstance(t, DecimalType) else 0) if wider else table
+
+
+def hides_fields(table: DataType, inferred: DataType) -> bool:
+    """Whether inference merged objects (arrays) with other values into a string where the table
+    holds a struct (array): the run's new fields there are only seen value by value."""
+    if isinstance(table, (StructType, ArrayType)) and isinstance(inferred, StringType):
+        return True
+    if isinstance(table, StructType) and isinstance(inferred, StructType):
+        have = {f.name.lower(): f.dataType for f in table.fields}
+        return any(hides_fields(have[f.name.lower()], f.dataType) for f in inferred.fields if f.name.lower() in have)
+    if isinstance(table, ArrayType) and isinstance(inferred, ArrayType):
+        return hides_fields(table.elementType, inferred.elementType)
+    return False
+
+
+_VARIANT_TOKEN = re.compile(r"\s*(`(?:[^`]|``)*`|[A-Za-z_][A-Za-z0-9_]*|\(\s*\d+\s*,\s*\d+\s*\)|[<>:,])")
+_VARIANT_LEAVES: dict[str, DataType | None] = {
+    "BOOLEAN": BooleanType(),
+    "STRING": StringType(),
+    "TINYINT": LongType(),
+    "SMALLINT": LongType(),
+    "INT": LongType(),
+    "BIGINT": LongType(),
+    # A JSON number with a fraction or exponent; the variant of 7.0 is DECIMAL(1,0), so every
+    # decimal is one (integers beyond a long, decimals for JSON inference, are typed double here).
+    "DECIMAL": DoubleType(),
+    "FLOAT": DoubleType(),
+    "DOUBLE": DoubleType(),
+    "VOID": None,
+    "VARIANT": StringType(),  # an array of mixed elements: JSON inference reads them as text
+}
+
+
+def variant_json_type(text: str) -> DataType | None:
+    """A ``schema_of_variant`` result (one JSON value's shape) as Spark's JSON inference types the
+    value: integers bigint, other numbers double, objects structs; None for null."""
+    tokens = [m.group(1) for m in _VARIANT_TOKEN.finditer(text)]
+    pos = 0
+
+    def take(expected: str | None = None) -> str:
+        nonlocal pos
+        tok = tokens[pos]
+        if expected is not None and tok != expected:
+            raise ValueError(f"unexpected {tok!r} in variant schema {text!r}")
+        pos += 1
+        return tok
+
+    def parse() -> DataType | None:
+        word = take().upper()
+        if word == "OBJECT":
+            take("<")
+            fields = []
+            while tokens[pos] != ">":
+                name = take()
+                if name.startswith("`"):
+                    name = name[1:-1].replace("``", "`")
+                take(":")
+                fields.append(StructField(name, _or_null(parse())))
+                if tokens[pos] == ",":
+                    take(",")
+            take(">")
+            return StructType(fields)
+        if word == "ARRAY":
+            take("<")
+            element = parse()
+            take(">")
+            return ArrayType(_or_null(element))
+        if word == "DECIMAL" and pos < len(tokens) and tokens[pos].startswith("("):
+            take()
+        if word not in _VARIANT_LEAVES:
+            raise ValueError(f"unknown type {word!r} in variant schema {text!r}")
+        return _VARIANT_LEAVES[word]
+
+    return parse()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, StructType
 
 from cdclake.catalog import load_table
 from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX
@@ -45,26 +45,29 @@ def rows(spark: Any, settings: Settings, table: str = "t") -> dict[str, dict[str
 
 
 def test_values_that_do_not_fit_are_quarantined_and_the_rest_applies(spark: Any, settings: Settings) -> None:
-    stage(settings, [batch(1, ev(1, "INSERT", "1", {"id": 1, "v": 10}))])
-    apply_all(spark, settings)
+    stage(settings, [batch(1, ev(1, "INSERT", "1", {"id": 1, "v": 10, "d": 0.5}))])
+    apply_all(spark, settings)  # v bigint, d double
     stage(
         settings,
         [
             batch(
                 2,
-                ev(2, "INSERT", "2", {"id": 2, "v": "abc"}),
-                ev(3, "INSERT", "3", {"id": 3, "v": "7"}),
-                ev(4, "UPDATE", "1", {"id": 1, "v": 12.5}),
+                ev(2, "INSERT", "2", {"id": 2, "v": "abc", "d": 1.5}),
+                ev(3, "INSERT", "3", {"id": 3, "v": "7", "d": 2}),  # a string is no bigint
+                ev(4, "UPDATE", "1", {"id": 1, "v": 12.5, "d": True}),
+                ev(5, "INSERT", "5", {"id": 5, "v": 5, "d": 5}),  # an integer fits a double column
             )
         ],
     )
     (r,) = apply_all(spark, settings)
-    assert (r["received"], r["quarantined"], r["applied"]) == (3, 2, 1)
-    assert rows(spark, settings) == {"1": {"id": 1, "v": 10}, "3": {"id": 3, "v": 7}}
+    assert (r["received"], r["quarantined"], r["applied"]) == (4, 3, 1)
+    assert rows(spark, settings) == {"1": {"id": 1, "v": 10, "d": 0.5}, "5": {"id": 5, "v": 5, "d": 5.0}}
     q = {x["_cdc_row_id"]: x["_cdc_reason"] for x in spark.table(table_ident(settings, "t__quarantine")).collect()}
-    assert set(q) == {"1", "2"}
-    assert q["2"].startswith("column v: string value does not fit bigint") and '"abc"' in q["2"]
-    assert "column v" in q["1"] and "12.5" in q["1"]
+    assert q == {
+        "1": "column d: boolean true does not fit double; column v: number 12.5 does not fit bigint",
+        "2": 'column v: string "abc" does not fit bigint',
+        "3": 'column v: string "7" does not fit bigint',
+    }
 
 
 def test_safe_widening_is_applied_to_the_table(spark: Any, settings: Settings) -> None:
@@ -335,9 +338,12 @@ def rich_workloads(draw: st.DrawFn) -> Workload:
 
 
 def column_types(t: Any) -> Any:
-    """A Spark schema as the reference writes types: simple names, structs as dicts."""
+    """A Spark schema as the reference writes types: simple names, structs as dicts, arrays as
+    one-element lists."""
     if isinstance(t, StructType):
         return {f.name: column_types(f.dataType) for f in t.fields if not f.name.startswith("_cdc_")}
+    if isinstance(t, ArrayType):
+        return [column_types(t.elementType)]
     return t.simpleString()
 
 
@@ -395,15 +401,6 @@ def test_rich_workloads_with_a_crash_match_the_reference_with_quarantine(
         assert events_received(settings, table) == sum(
             1 for run in w.runs for b in run for e in b["events"] if e["table"] == table
         ), "every delivery accounted for once across the committed runs"
-        # Events delivered again in a later run may be logged twice: a known bug, see
-        # test_an_event_delivered_again_in_a_later_run_is_logged_once. Nothing else may be.
-        runs_of: dict[tuple[str, int], set[int]] = {}
-        for n, run in enumerate(w.runs):
-            for b in run:
-                for e in b["events"]:
-                    if e["table"] == table:
-                        runs_of.setdefault((b["source"], e["sequence"]), set()).add(n)
-        later_again = {ident_ for ident_, runs in runs_of.items() if len(runs) > 1}
         for side, want_ids in ((QUARANTINE_SUFFIX, expected.quarantined), (CHANGES_SUFFIX, expected.changes)):
             ids = event_ids(settings, table + side)
             assert set(ids) == want_ids.get(table, set()), (
@@ -411,27 +408,21 @@ def test_rich_workloads_with_a_crash_match_the_reference_with_quarantine(
                 sorted(set(ids) - want_ids.get(table, set())),
                 sorted(want_ids.get(table, set()) - set(ids)),
             )
-            twice = {x for x in ids if ids.count(x) > 1}
-            assert twice <= later_again, (side, "logged twice", sorted(twice - later_again))
+            assert len(ids) == len(set(ids)), (side, "logged twice", sorted({x for x in ids if ids.count(x) > 1}))
 
 
-# Known divergences between the pipeline and the semantics (found by the workloads above), each
-# reduced to a minimal case. strict: when one is fixed, its test fails until the xfail goes and
-# the property test's allowance for it (if any) is dropped.
+# Divergences between the pipeline and the semantics that the workloads above once found, each
+# reduced to a minimal case.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="classify() recognises a redelivered event only when it IS the stored row or tombstone: "
-    "a superseded, late or quarantined event delivered again in a later run is logged again",
-)
 def test_an_event_delivered_again_in_a_later_run_is_logged_once(spark: Any, settings: Settings) -> None:
     first = batch(1, ev(1, "INSERT", "1", {"v": 1}), ev(2, "UPDATE", "1", {"v": 2}))
     bad = batch(2, ev(3, "INSERT", "2", {"v": "abc"}))
+    results = []
     for b in (first, bad, batch(3, *first["events"]), batch(4, *bad["events"])):  # the producer re-sent both
         stage(settings, [b])
-        apply_all(spark, settings)
+        results += apply_all(spark, settings)
+    assert [(r["received"], r["duplicate"]) for r in results[2:]] == [(2, 2), (1, 1)], "re-sent: duplicates"
     assert rows(spark, settings) == {"1": {"v": 2}}
     changes = event_ids(settings, "t" + CHANGES_SUFFIX)
     quarantine = event_ids(settings, "t" + QUARANTINE_SUFFIX)
@@ -439,41 +430,23 @@ def test_an_event_delivered_again_in_a_later_run_is_logged_once(spark: Any, sett
     assert quarantine == [("s", 3)], "each distinct event once in the quarantine"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="JSON inference reads a run's column as double when any value in the run is fractional, "
-    "so a long above 2**53 in that run loses precision before it is fitted to the bigint column",
-)
 def test_a_long_keeps_its_precision_in_a_run_that_also_has_fractions(spark: Any, settings: Settings) -> None:
     stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1}))])
     apply_all(spark, settings)
     stage(settings, [batch(2, ev(2, "INSERT", "2", {"v": 2**53 + 1}), ev(3, "INSERT", "3", {"v": 2.5}))])
     apply_all(spark, settings)
-    assert rows(spark, settings)["2"] == {"v": 2**53 + 1}  # stored: 9007199254740992
+    assert rows(spark, settings)["2"] == {"v": 2**53 + 1}  # not 9007199254740992, a double's
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="one malformed value makes JSON inference read the whole run's column as string; valid "
-    "values of that column then fail the round trip to the table's type and are quarantined too",
-)
 def test_one_malformed_value_does_not_quarantine_the_valid_values_of_its_run(spark: Any, settings: Settings) -> None:
     stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1.5, "n": {"a": 1}}))])
     apply_all(spark, settings)  # v double, n struct<a:bigint>
     stage(settings, [batch(2, ev(2, "INSERT", "2", {"v": 5, "n": {"a": 2}}), ev(3, "INSERT", "3", {"v": "x", "n": 3}))])
     apply_all(spark, settings)
-    assert event_ids(settings, "t" + QUARANTINE_SUFFIX) == [("s", 3)]  # got (s, 2) as well
+    assert event_ids(settings, "t" + QUARANTINE_SUFFIX) == [("s", 3)]  # not (s, 2): 5 fits a double
     assert rows(spark, settings)["2"] == {"v": 5.0, "n": {"a": 2}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the re-run after a crash decides afresh over the crashed run's objects plus new ones "
-    "(inference differs), while the side tables keep the crashed run's decisions",
-)
 def test_new_data_before_the_rerun_of_a_crashed_apply_keeps_one_fate_per_event(spark: Any, settings: Settings) -> None:
     stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1.5}))])
     apply_all(spark, settings)  # v double
@@ -481,11 +454,63 @@ def test_new_data_before_the_rerun_of_a_crashed_apply_keeps_one_fate_per_event(s
     with pytest.raises(SimulatedCrash):
         apply_all(spark, settings, crash_at="after-aux")  # (s, 2) logged as applied
     stage(settings, [batch(3, ev(3, "INSERT", "3", {"v": "x"}))])  # lands before the retry
-    apply_all(spark, settings)  # reads v as string: "5" does not fit double, (s, 2) quarantined
+    (r,) = apply_all(spark, settings)  # finishes the crashed run's object only
+    assert (r["objects"], r["resumed"], r["pending_total"]) == (1, True, 2)
     changes = set(event_ids(settings, "t" + CHANGES_SUFFIX))
     quarantined = set(event_ids(settings, "t" + QUARANTINE_SUFFIX))
     assert not changes & quarantined, "an event is either accepted or quarantined"
     assert ("2" in rows(spark, settings)) == (("s", 2) in changes)
+    (r,) = apply_all(spark, settings)  # then what landed meanwhile
+    assert (r["objects"], r["quarantined"], "resumed" in r) == (1, 1, False)
+    assert set(event_ids(settings, "t" + QUARANTINE_SUFFIX)) == {("s", 3)}
+    assert rows(spark, settings) == {"1": {"v": 1.5}, "2": {"v": 5.0}}
+
+
+def test_a_struct_column_gains_fields_in_a_run_that_also_has_values_of_another_kind(
+    spark: Any, settings: Settings
+) -> None:
+    """Inference merges objects and strings into a string: the run's new struct (and array
+    element) fields are then found from each value, not lost."""
+    b1 = batch(1, ev(1, "INSERT", "1", {"info": {"a": 1}, "tags": [{"k": "x"}]}))
+    b2 = batch(
+        2,
+        ev(2, "INSERT", "2", {"info": {"a": 2, "b": "new", "c": {"d": 2.5}}, "tags": [{"k": "y", "w": 7}]}),
+        ev(3, "INSERT", "3", {"info": "abc", "tags": "nope"}),
+    )
+    for b in (b1, b2):
+        stage(settings, [b])
+        apply_all(spark, settings)
+    schema = spark.table(table_ident(settings, "t")).schema
+    assert column_types(schema) == {
+        "info": {"a": "bigint", "b": "string", "c": {"d": "double"}},
+        "tags": [{"k": "string", "w": "bigint"}],
+    }
+    expected = expected_runs([[b1], [b2]])
+    assert column_types(schema) == expected.types["t"]
+    assert rows(spark, settings) == {
+        "1": {"info": {"a": 1, "b": None, "c": None}, "tags": [{"k": "x", "w": None}]},
+        "2": {"info": {"a": 2, "b": "new", "c": {"d": 2.5}}, "tags": [{"k": "y", "w": 7}]},
+    }
+    assert not diff(expected.tables["t"], rows(spark, settings))
+    q = {x["_cdc_row_id"]: x["_cdc_reason"] for x in spark.table(table_ident(settings, "t__quarantine")).collect()}
+    assert q == {
+        "3": 'column info: string "abc" does not fit struct<a:bigint,b:string,c:struct<d:double>>; '
+        'column tags: string "nope" does not fit array<struct<k:string,w:bigint>>'
+    }
+
+
+def test_an_unavailable_placeholder_in_a_column_of_another_type_keeps_the_stored_value(
+    spark: Any, settings: Settings
+) -> None:
+    u = "__debezium_unavailable_value"
+    b1 = batch(1, ev(1, "INSERT", "1", {"n": 1, "doc": {"x": 1}, "s": "a"}))
+    b2 = batch(2, ev(2, "UPDATE", "1", {"n": u, "doc": u, "s": "b"}), ev(3, "INSERT", "2", {"n": 2, "doc": None}))
+    for b in (b1, b2):
+        stage(settings, [b])
+        apply_all(spark, settings)
+    assert rows(spark, settings) == {"1": {"n": 1, "doc": {"x": 1}, "s": "b"}, "2": {"n": 2, "doc": None, "s": None}}
+    assert event_ids(settings, "t" + QUARANTINE_SUFFIX) == []
+    assert not diff(expected_runs([[b1], [b2]]).tables["t"], rows(spark, settings))
 
 
 def test_unavailable_values_keep_the_stored_value(spark: Any, settings: Settings) -> None:
