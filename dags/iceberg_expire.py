@@ -23,7 +23,8 @@ re-run of the same interval does the same thing:
    `interval end - snapshot_max_age_hours`, keeping the last `retain_last` snapshots **and** the
    newest snapshot that carries the apply watermark (the apply job resumes from it);
    `remove_orphan_files` older than `interval end - orphan_min_age_hours` (at least 72 h: younger
-   files may belong to a commit in flight), or only listed with `dry_run`;
+   files may belong to a commit in flight), or only listed with `dry_run`; for a CDC table, its
+   tombstones (deleted keys) recorded before `interval end - CDCLAKE_TOMBSTONE_RETENTION_S`;
 2. `clean_staging`: deletes staging objects every table has consumed (per its watermark) and that
    landed more than `staging_retention_hours` before the interval end, and receipts of batches
    whose objects are all gone — keeping each producer's newest receipt, so its batch numbering
@@ -107,6 +108,9 @@ def iceberg_expire() -> None:
             ]
             if p.get("dry_run"):
                 args.append("--dry-run")
+            if "__" not in t:  # a CDC table: its deleted keys are forgotten after their retention
+                tombstones = end - timedelta(seconds=settings.tombstone_retention_s)
+                args += ["--tombstones-older-than", tombstones.isoformat()]
             out.append(job_kwargs(settings, "spark_jobs.maintain", args, f"expire-{t}"))
         return out
 

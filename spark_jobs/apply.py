@@ -754,7 +754,6 @@ def apply_table(
         commit_always(spark, settings, ident, target, before)
     _crash("after-commit", crash_at)
     phase("merge")
-    _expire_tombstones(run)
 
     fitted.unpersist()
     result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2), phases=phases)
@@ -861,16 +860,6 @@ def _merge_tombstones(
                 WHEN NOT MATCHED THEN INSERT *"""
         )
         commit_always(run.spark, run.settings, ident, run.spark.table(ident).schema, before)
-
-
-def _expire_tombstones(run: Run) -> None:
-    ident = run.ident(TOMBSTONES)
-    if not run.spark.catalog.tableExists(ident):
-        return
-    cutoff = f"current_timestamp() - INTERVAL {run.settings.tombstone_retention_s} SECONDS"
-    if run.spark.table(ident).where(f"_cdc_deleted_at < {cutoff}").isEmpty():
-        return
-    run.spark.sql(f"DELETE FROM {ident} WHERE _cdc_deleted_at < {cutoff}")
 
 
 def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from cdclake.events import TOMBSTONES_SUFFIX
 from cdclake.locks import table_lock
 from cdclake.settings import Settings, load
 from cdclake.watermark import SUMMARY_KEY
@@ -130,6 +131,21 @@ def _ts(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
+def expire_tombstones(spark: SparkSession, settings: Settings, table: str, older_than: datetime) -> int:
+    """Forget deleted keys recorded before ``older_than`` (the DAG passes its data interval end
+    minus ``CDCLAKE_TOMBSTONE_RETENTION_S``); a late event older than a forgotten delete can then
+    resurrect its row. Run under ``table``'s lock: the apply merges into the tombstones too.
+    Here, not in every apply: the check is a Spark job, and retention is counted in days."""
+    ident = f"{settings.catalog_name}.{settings.namespace}.{table}{TOMBSTONES_SUFFIX}"
+    if not spark.catalog.tableExists(ident):
+        return 0
+    cond = f"_cdc_deleted_at < TIMESTAMP '{_ts(older_than)}'"
+    n = spark.table(ident).where(cond).count()
+    if n:
+        with_retries(f"expire tombstones {table}", lambda: spark.sql(f"DELETE FROM {ident} WHERE {cond}"))
+    return n
+
+
 def expire(
     spark: SparkSession,
     settings: Settings,
@@ -138,14 +154,18 @@ def expire(
     retain_last: int = 5,
     orphans_older_than: datetime | None = None,
     dry_run: bool = False,
+    tombstones_older_than: datetime | None = None,
 ) -> dict[str, Any]:
     """expire_snapshots older than ``older_than`` (from the DAG's data interval, never now()),
-    keeping ``retain_last`` and the newest watermark snapshot; then remove_orphan_files."""
+    keeping ``retain_last`` and the newest watermark snapshot; then remove_orphan_files; and, for
+    a CDC table, tombstones older than ``tombstones_older_than``."""
     c, ident = settings.catalog_name, f"{settings.namespace}.{table}"
     full = f"{c}.{ident}"
     out: dict[str, Any] = {"table": table, "dry_run": dry_run}
     with table_lock(settings, table, "expiry", say=print) as owner:
         out["lock"] = owner
+        if tombstones_older_than is not None and not dry_run:
+            out["tombstones_expired"] = expire_tombstones(spark, settings, table, tombstones_older_than)
         wm = watermark_snapshot(spark, full)
         cutoff = older_than
         if wm is not None:
@@ -189,6 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ep.add_argument("--retain-last", type=int, default=5)
     ep.add_argument("--orphans-older-than", type=datetime.fromisoformat, default=None)
     ep.add_argument("--dry-run", action="store_true")
+    ep.add_argument("--tombstones-older-than", type=datetime.fromisoformat, default=None)
     return p.parse_args(argv)
 
 
@@ -207,7 +228,14 @@ def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, An
         )
     else:
         result = expire(
-            spark, settings, args.table, args.older_than, args.retain_last, args.orphans_older_than, args.dry_run
+            spark,
+            settings,
+            args.table,
+            args.older_than,
+            args.retain_last,
+            args.orphans_older_than,
+            args.dry_run,
+            args.tombstones_older_than,
         )
     print("CDCLAKE_RESULT " + json.dumps(result, sort_keys=True, default=str), flush=True)
     return result

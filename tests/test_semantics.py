@@ -111,10 +111,26 @@ def test_key_change_and_late_event_after_delete(spark: Any, settings: Settings) 
 
 
 def test_tombstones_expire_after_their_retention(spark: Any, spark_home: Path) -> None:
-    settings = fresh_settings(spark_home, tombstone_retention_s=0)
-    stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1}), ev(2, "DELETE", "1"))])
+    from datetime import UTC, datetime, timedelta
+
+    from spark_jobs.maintain import expire
+
+    settings = fresh_settings(spark_home)
+    stage(settings, [batch(1, ev(1, "INSERT", "1", {"v": 1}), ev(2, "DELETE", "1"), ev(3, "DELETE", "9"))])
     apply_all(spark, settings)
-    assert spark.table(table_ident(settings, "t__tombstones")).count() == 0
+    tombstones = table_ident(settings, "t__tombstones")
+    assert spark.table(tombstones).count() == 2  # the apply keeps them; iceberg_expire forgets them
+    now = datetime.now(UTC)
+    out = expire(spark, settings, "t", now - timedelta(days=5), tombstones_older_than=now - timedelta(hours=1))
+    assert out["tombstones_expired"] == 0  # younger than the retention: kept
+    out = expire(spark, settings, "t", now - timedelta(days=5), tombstones_older_than=now + timedelta(seconds=1))
+    assert out["tombstones_expired"] == 2
+    spark.catalog.refreshTable(tombstones)
+    assert spark.table(tombstones).count() == 0
+    # Forgotten: an event older than the delete now counts as new (that is what retention means).
+    stage(settings, [batch(2, ev(2, "UPDATE", "9", {"v": 7}), source="late")])
+    apply_all(spark, settings)
+    assert rows(spark, settings) == {"9": {"v": 7}}
 
 
 def test_change_history_has_every_distinct_event_with_its_outcome(spark: Any, settings: Settings) -> None:
