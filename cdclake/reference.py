@@ -30,16 +30,23 @@ def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, di
     for table, keys in history.items():
         rows = out.setdefault(table, {})
         for rid, events in keys.items():
-            state: dict[str, Any] | None = None
-            for _, op, after in sorted(events, key=lambda e: e[0]):
-                if op == "DELETE":
-                    state = None
-                else:
-                    prev = state or {}
-                    state = {c: (prev.get(c) if v == UNAVAILABLE else v) for c, v in after.items()}
+            state = _replay(events)
             if state is not None:
                 rows[rid] = state
     return out
+
+
+def _replay(events: list[tuple[Any, str, Any]]) -> dict[str, Any] | None:
+    """A key's row after its (rank, operation, after-image) events in rank order; None if deleted.
+    A value marked unavailable keeps the key's previous value."""
+    state: dict[str, Any] | None = None
+    for _, op, after in sorted(events, key=lambda e: e[0]):
+        if op == "DELETE":
+            state = None
+        else:
+            prev = state or {}
+            state = {c: (prev.get(c) if v == UNAVAILABLE else v) for c, v in after.items()}
+    return state
 
 
 def normalise_row(value: Any) -> Any:
@@ -317,13 +324,7 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
             per_key.setdefault(rid, []).append((rank, op, row))
         rows = out.tables.setdefault(table, {})
         for rid, changes in per_key.items():
-            state: dict[str, Any] | None = None
-            for _, op, after in sorted(changes, key=lambda e: e[0]):
-                if op == "DELETE":
-                    state = None
-                else:
-                    prev = state or {}
-                    state = {c: (prev.get(c) if v == UNAVAILABLE else v) for c, v in after.items()}
+            state = _replay(changes)
             if state is not None:
                 rows[rid] = state
     return out

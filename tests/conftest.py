@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -38,6 +39,25 @@ def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | No
             store.put(key, data)
             keys.append(key)
     return keys
+
+
+@contextlib.contextmanager
+def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
+    """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
+    from cdclake.local import LocalStack, free_port
+
+    settings = make_settings(
+        home,
+        receiver_port=free_port(),
+        airflow_port=free_port(),
+        rest_port=free_port(),
+        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
+        **overrides,
+    )
+    s = LocalStack(settings)
+    with s:
+        yield s
+    assert not s.procs
 
 
 def staged_event_count(settings: Settings) -> int:

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.local import ADMIN_USER, LocalStack, free_port
+from cdclake.local import ADMIN_USER, LocalStack
 from cdclake.settings import PROJECT_ROOT
-from tests.conftest import make_settings
+from tests.conftest import running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -40,19 +40,8 @@ def artifacts_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    home: Path = tmp_path_factory.mktemp("browser")
-    settings = make_settings(
-        home,
-        catalog_name="ui",
-        receiver_port=free_port(),
-        airflow_port=free_port(),
-        rest_port=free_port(),
-        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
-    )
-    s = LocalStack(settings)
-    with s:
+    with running_stack(tmp_path_factory.mktemp("browser"), catalog_name="ui") as s:
         yield s
-    assert not s.procs
 
 
 def small_files_table(stack: LocalStack, files: int = 3) -> None:

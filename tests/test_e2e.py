@@ -5,18 +5,17 @@ with the independent reference model."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
 import pytest
 
-from cdclake.local import LocalStack, free_port
+from cdclake.local import LocalStack
 from cdclake.reference import diff, expected_tables
 from cdclake.settings import Settings
 from cdclake.workload import generate
-from tests.conftest import attach_catalog, make_settings, staged_event_count, table_rows
+from tests.conftest import attach_catalog, running_stack, staged_event_count, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = ("customers", "orders", "products")
@@ -24,21 +23,8 @@ TABLES = ("customers", "orders", "products")
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    home: Path = tmp_path_factory.mktemp("e2e")
-    settings = make_settings(
-        home,
-        catalog_name="e2e",
-        receiver_port=free_port(),
-        airflow_port=free_port(),
-        rest_port=free_port(),
-        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
-        landing_grace_s=5,
-    )
-    s = LocalStack(settings)
-    with s:
+    with running_stack(tmp_path_factory.mktemp("e2e"), catalog_name="e2e", landing_grace_s=5) as s:
         yield s
-    # Nothing the stack started may outlive it.
-    assert not s.procs
 
 
 def trigger_and_wait(stack: LocalStack) -> str:
