@@ -14,16 +14,31 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
+def io_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg FileIO properties for an S3 warehouse, from the S3 settings staging shares."""
+    if not settings.warehouse.startswith(("s3://", "s3a://")):
+        return {}
+    out = {"s3.region": settings.s3_region, "s3.force-virtual-addressing": str(not settings.s3_path_style).lower()}
+    if settings.s3_endpoint:
+        out["s3.endpoint"] = settings.s3_endpoint
+    if settings.s3_access_key:
+        out["s3.access-key-id"] = settings.s3_access_key
+        out["s3.secret-access-key"] = settings.s3_secret_key
+    return out
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
-    return _catalog(settings.catalog_name, settings.catalog_url, settings.warehouse)
+    return _catalog(
+        settings.catalog_name, settings.catalog_url, settings.warehouse, tuple(sorted(io_properties(settings).items()))
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _catalog(name: str, url: str, warehouse: str) -> SqlCatalog:
+def _catalog(name: str, url: str, warehouse: str, io: tuple[tuple[str, str], ...] = ()) -> SqlCatalog:
     # One SQLAlchemy engine per catalog and process, not one per call.
     from pyiceberg.catalog.sql import SqlCatalog
 
-    return SqlCatalog(name, uri=url, warehouse=warehouse, schema_version="v1")
+    return SqlCatalog(name, uri=url, warehouse=warehouse, schema_version="v1", **dict(io))
 
 
 def load_table(settings: Settings, table: str) -> Table | None:

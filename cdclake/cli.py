@@ -312,6 +312,8 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
     s.add_argument("--format", choices=FORMATS, default="table")
     sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
+    i = sub.add_parser("init", help="create/migrate buckets, the Iceberg catalog and (--airflow) Airflow's DB")
+    i.add_argument("--airflow", action="store_true", help="also run `airflow db migrate` on CDCLAKE_AIRFLOW_DB_URL")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -326,6 +328,11 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
             return snapshots(settings, args.table, args.format)
         if args.cmd == "rest":
             return rest()
+        if args.cmd == "init":
+            from cdclake.bootstrap import init
+
+            init(settings, args.airflow, say=lambda m: print(f"[cdclake] {m}", flush=True))
+            return 0
         return sql(args, settings, spark)
     except KeyboardInterrupt:
         stopped = "; all services stopped" if args.cmd in ("demo", "up") else ""

@@ -180,6 +180,23 @@ class S3Staging:
     def check(self) -> None:
         self._s3.head_bucket(Bucket=self.bucket)
 
+    def ensure_bucket(self) -> bool:
+        """Create the bucket if it does not exist; True if this call created it."""
+        try:
+            self._s3.head_bucket(Bucket=self.bucket)
+            return False
+        except ClientError as exc:
+            if _code(exc) not in ("404", "NoSuchBucket", "NotFound"):
+                raise
+        try:
+            self._s3.create_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            # Another init (a second replica, a re-run) won the race: the bucket is there.
+            if _code(exc) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+            return False
+        return True
+
     def tables(self) -> builtins.list[str]:
         found = []
         for folder in self._folders(self._root):

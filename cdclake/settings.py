@@ -84,6 +84,23 @@ class Settings:
     spark_connect_url: str = ""
     """``sc://host:port`` of the long-lived Spark Connect server the DAGs run their jobs on (the
     embedded stack starts it when the host is local); empty: one ``spark-submit`` per task."""
+    airflow_db_url: str = ""
+    """SQLAlchemy URL of Airflow's metadata database for the stack cdclake starts (``cdclake up``,
+    ``cdclake init``): SQLite in the state folder by default, ``postgresql+psycopg2://...`` to scale."""
+    spark_driver_host: str = "127.0.0.1"
+    """Address executors use to reach the driver (the Spark Connect server, a spark-submit): on
+    one machine the loopback; in docker-compose the driver's service name."""
+    spark_executor_memory: str = "1g"
+    """Memory per executor on a ``spark://`` cluster; at most a worker's ``--memory``, or the
+    application waits for resources forever."""
+    spark_cores_max: int = 0
+    """Cores one application (the Spark Connect server, a spark-submit) may hold on a cluster; 0:
+    no cap. Standalone gives an application every free core for its whole life, so cap it when a
+    second application must run beside the Connect server."""
+    spark_ship_jars: bool = False
+    """On a ``spark://`` cluster: false puts CDCLAKE_JARS_DIR on the driver and executor class path
+    by path (the project image, or one machine: nothing copied); true ships the jars with every
+    application (``--jars``, ~130 MB per executor) for workers that lack them."""
 
     @property
     def airflow_url(self) -> str:
@@ -213,6 +230,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         airflow_password=s("AIRFLOW_PASSWORD", ""),
         # Set but empty means spark-submit per task, so `s()` (empty -> default) is not used here.
         spark_connect_url=e.get("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002"),
+        airflow_db_url=s("AIRFLOW_DB_URL", f"sqlite:///{home / 'airflow' / 'airflow.db'}"),
+        spark_driver_host=s("SPARK_DRIVER_HOST", "127.0.0.1"),
+        spark_executor_memory=s("SPARK_EXECUTOR_MEMORY", "1g"),
+        spark_cores_max=_int(e, "CDCLAKE_SPARK_CORES_MAX", 0),
+        spark_ship_jars=_bool(e, "CDCLAKE_SPARK_SHIP_JARS", False),
     )
     unknown = set(overrides) - set(values)
     if unknown:
@@ -228,6 +250,13 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     sc = str(values["spark_connect_url"])
     if sc and not (sc.startswith("sc://") and len(sc) > len("sc://")):
         raise SettingsError(f"CDCLAKE_SPARK_CONNECT_URL must be sc://host:port or empty, got {sc!r}")
+    for name in ("warehouse",):
+        wh = str(values[name])
+        if not wh.startswith(("file:/", "s3://", "s3a://")):
+            raise SettingsError(f"CDCLAKE_WAREHOUSE must be file:///path or s3://bucket/prefix, got {wh!r}")
+    adb = str(values["airflow_db_url"])
+    if not adb.startswith(("sqlite:///", "postgresql")):
+        raise SettingsError(f"CDCLAKE_AIRFLOW_DB_URL must be sqlite:///path or postgresql+psycopg2://..., got {adb!r}")
     if values["backlog_hard"] < values["backlog_soft"]:
         raise SettingsError("CDCLAKE_BACKLOG_HARD must be >= CDCLAKE_BACKLOG_SOFT")
     return Settings(**values)

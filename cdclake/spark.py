@@ -15,7 +15,7 @@ from cdclake.settings import Settings, SettingsError, jdbc_credentials
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-REQUIRED_JARS = ("iceberg-spark-runtime-", "iceberg-aws-bundle-", "sqlite-jdbc-")
+REQUIRED_JARS = ("iceberg-spark-runtime-", "iceberg-aws-bundle-", "sqlite-jdbc-", "hadoop-aws-")
 
 
 def jar_paths(settings: Settings) -> list[str]:
@@ -45,7 +45,78 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         # pyiceberg's SqlCatalog reads and writes the same tables (iceberg_tables, ...).
         f"{c}.jdbc.schema-version": "V1",
         "spark.sql.defaultCatalog": settings.catalog_name,
+        **_s3fileio_conf(settings, c),
     }
+
+
+def uses_s3(settings: Settings) -> bool:
+    return settings.warehouse.startswith(("s3://", "s3a://")) or settings.staging_url.startswith("s3://")
+
+
+def _s3fileio_conf(settings: Settings, c: str) -> dict[str, str]:
+    """Iceberg's own S3 client (S3FileIO, iceberg-aws-bundle) for an S3 warehouse. The properties
+    travel inside each table's FileIO to the executors, so workers need no S3 configuration."""
+    if not settings.warehouse.startswith(("s3://", "s3a://")):
+        return {}
+    out = {
+        f"{c}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        f"{c}.client.region": settings.s3_region,
+        f"{c}.s3.path-style-access": str(settings.s3_path_style).lower(),
+    }
+    if settings.s3_endpoint:
+        out[f"{c}.s3.endpoint"] = settings.s3_endpoint
+    if settings.s3_access_key:
+        # Unset: the AWS default chain (environment, profile, instance role) on every JVM.
+        out[f"{c}.s3.access-key-id"] = settings.s3_access_key
+        out[f"{c}.s3.secret-access-key"] = settings.s3_secret_key
+    return out
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Hadoop S3A for Spark's own reads of staging objects (``s3://bucket/key`` as the stores name
+    them), with the same endpoint and credentials as boto3 and S3FileIO."""
+    if not uses_s3(settings):
+        return {}
+    h = "spark.hadoop.fs.s3a"
+    out = {
+        # The staging store hands out s3:// URIs; Hadoop has no s3:// filesystem of its own.
+        "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        f"{h}.endpoint.region": settings.s3_region,
+        f"{h}.path.style.access": str(settings.s3_path_style).lower(),
+    }
+    if settings.s3_endpoint:
+        out[f"{h}.endpoint"] = settings.s3_endpoint
+        out[f"{h}.connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https:")).lower()
+    if settings.s3_access_key:
+        out[f"{h}.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        out[f"{h}.access.key"] = settings.s3_access_key
+        out[f"{h}.secret.key"] = settings.s3_secret_key
+    return out
+
+
+def on_cluster(settings: Settings) -> bool:
+    return settings.spark_master.startswith("spark://")
+
+
+def jar_conf(settings: Settings) -> dict[str, str]:
+    """How the jars reach driver and executors. Local mode and ``spark_ship_jars``: Spark ships
+    them (``spark.jars``). On a cluster whose workers have CDCLAKE_JARS_DIR (the project image, one
+    machine): the class path by path, so no executor copies ~130 MB per application."""
+    jars = jar_paths(settings)
+    if on_cluster(settings) and not settings.spark_ship_jars:
+        cp = ":".join(jars)
+        return {"spark.driver.extraClassPath": cp, "spark.executor.extraClassPath": cp}
+    return {"spark.jars": ",".join(jars)}
+
+
+def cluster_conf(settings: Settings) -> dict[str, str]:
+    """Executor sizing on a ``spark://`` master; nothing in local mode."""
+    if not on_cluster(settings):
+        return {}
+    out = {"spark.executor.memory": settings.spark_executor_memory}
+    if settings.spark_cores_max:
+        out["spark.cores.max"] = str(settings.spark_cores_max)
+    return out
 
 
 def job_conf(settings: Settings) -> dict[str, str]:
@@ -56,10 +127,13 @@ def job_conf(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "4",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": settings.spark_driver_host,
+        # Loopback stays loopback; a named driver host must be reachable from other machines.
+        "spark.driver.bindAddress": "127.0.0.1" if settings.spark_driver_host == "127.0.0.1" else "0.0.0.0",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.session.timeZone": "UTC",
+        **s3a_conf(settings),
+        **cluster_conf(settings),
     }
 
 
@@ -72,8 +146,7 @@ def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
     # Spark otherwise picks the host's external address for the driver and warns about it.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
-    builder = builder.config("spark.jars", ",".join(jar_paths(settings)))
-    for key, value in job_conf(settings).items():
+    for key, value in {**jar_conf(settings), **job_conf(settings)}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
@@ -96,8 +169,7 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
         "spark.driver.extraJavaOptions": "-Djava.net.preferIPv4Stack=true",
     }
     cmd = [spark_submit, "--master", settings.spark_master, "--name", "cdclake-spark-connect"]
-    cmd += ["--jars", ",".join(jar_paths(settings))]
-    for key, value in conf.items():
+    for key, value in {**jar_conf(settings), **conf}.items():
         cmd += ["--conf", f"{key}={value}"]
     return [*cmd, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "spark-internal"]
 

@@ -31,12 +31,14 @@ SUBMIT_CONN_ID = "spark_default"
 def submit_kwargs(settings: Settings, module: str, args: Sequence[str], name: str) -> dict[str, Any]:
     """One ``spark-submit`` of ``module`` (e.g. ``spark_jobs.apply``) with the catalog, jars and
     the interpreter that has cdclake installed."""
-    from cdclake.spark import jar_paths, job_conf
+    from cdclake.spark import jar_conf, job_conf
 
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         raise RuntimeError(f"{module} is not importable: run `make setup`")
+    jars = jar_conf(settings)
     conf = {
+        **{k: v for k, v in jars.items() if k != "spark.jars"},
         **job_conf(settings),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
@@ -45,7 +47,7 @@ def submit_kwargs(settings: Settings, module: str, args: Sequence[str], name: st
         "application": spec.origin,
         "application_args": list(args),
         "conf": conf,
-        "jars": ",".join(jar_paths(settings)),
+        "jars": jars.get("spark.jars"),
         "name": name,
     }
 

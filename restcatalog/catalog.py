@@ -35,6 +35,7 @@ from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from cdclake.catalog import io_properties
 from cdclake.settings import Settings
 from restcatalog import names
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
@@ -160,7 +161,7 @@ class Catalog:
         self.warehouse = settings.warehouse
         self.cache = MetadataCache()
         props = {"uri": settings.catalog_url, "warehouse": settings.warehouse, "schema_version": "v1"}
-        props.update(_io_properties(settings))
+        props.update(io_properties(settings))
         # The same name, database and warehouse as cdclake.catalog.open_catalog and Spark's
         # JdbcCatalog: the same rows of iceberg_tables.
         self.sql = _CachingSqlCatalog(settings.catalog_name, self.cache, **props)
@@ -351,19 +352,6 @@ def _use_wal(engine: Engine) -> None:
         if str(mode).lower() != "wal":
             mode = conn.exec_driver_sql("PRAGMA journal_mode=WAL").scalar()
             log.info("catalog database switched to WAL", extra={"journal_mode": mode})
-
-
-def _io_properties(settings: Settings) -> dict[str, str]:
-    """FileIO properties for an S3 warehouse, from the settings the pipeline's S3 use shares."""
-    if not settings.warehouse.startswith(("s3://", "s3a://")):
-        return {}
-    out = {"s3.region": settings.s3_region, "s3.force-virtual-addressing": str(not settings.s3_path_style).lower()}
-    if settings.s3_endpoint:
-        out["s3.endpoint"] = settings.s3_endpoint
-    if settings.s3_access_key:
-        out["s3.access-key-id"] = settings.s3_access_key
-        out["s3.secret-access-key"] = settings.s3_secret_key
-    return out
 
 
 def client_config(settings: Settings) -> dict[str, str]:

@@ -59,6 +59,15 @@ if [ ! -f "$jstamp" ]; then
   if ! (cd .jars && sha256sum --quiet -c ../jars/SHA256SUMS); then
     log "jar checksums differ from jars/SHA256SUMS"; exit 1
   fi
+  # The S3A connector's SDK modules must be the SDK inside iceberg-aws-bundle (one SDK on the
+  # class path): a bump of one without the other fails here, not in a job.
+  want=$(sed -n 's:.*<awssdk.version>\(.*\)</awssdk.version>.*:\1:p' jars/pom.xml)
+  have=$(.venv/bin/python -c 'import sys, zipfile; print(zipfile.ZipFile(sys.argv[1]).read(
+    "META-INF/maven/software.amazon.awssdk/s3/pom.properties").decode())' .jars/iceberg-aws-bundle-*.jar \
+    | sed -n 's/^version=//p')
+  if [ "$want" != "$have" ]; then
+    log "jars/pom.xml awssdk.version=$want but iceberg-aws-bundle carries AWS SDK $have"; exit 1
+  fi
   touch "$jstamp"
 fi
 log "ready: $(ls .jars/*.jar | wc -l) jars, $(.venv/bin/python -c 'import pyspark;print("pyspark", pyspark.__version__)')"

@@ -579,7 +579,7 @@ def apply_table(
         phases[name] = round(now - mark, 2)
         mark = now
 
-    store = staging.LocalStaging(settings.staging_dir)
+    store = staging.open_store(settings)
     ident = table_ident(settings, table)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.
