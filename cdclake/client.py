@@ -3,6 +3,8 @@ over HTTP (``POST /v1/batches``) or WebSocket (``/v1/stream``) and retries until
 
 A retry resends the same batch under the same ``sequenceNumber``, so the receiver can recognise a
 batch that already landed and ack it ``duplicate``: at-least-once on the wire, once in staging.
+Given several receiver replicas (they share the staging store and so the receipts), a retry after a
+replica failed goes to the next one, which recognises the batch just the same.
 A Producer is not thread-safe; use one per thread.
 """
 
@@ -14,11 +16,11 @@ import gzip
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import msgspec
@@ -31,6 +33,10 @@ RETRYABLE_REASONS = frozenset(
     {"buffer_full", "rate_limited", "internal_error", "shutting_down", "load_shedding", "connection_limit", "ip_limit"}
 )
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
+# A gateway status without the receiver's own JSON answer: a proxy found no healthy replica behind it.
+_GATEWAY_STATUS = frozenset({502, 503, 504})
+# Nack reasons by which a replica says it is going away: another replica should take the batch.
+LEAVING_REASONS = frozenset({"shutting_down"})
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -75,9 +81,11 @@ class ProducerError(Exception):
 
 
 class _Retry(Exception):
-    def __init__(self, reason: str, message: str, delay_s: float | None = None) -> None:
+    def __init__(self, reason: str, message: str, delay_s: float | None = None, *, switch: bool = False) -> None:
         super().__init__(f"{reason}: {message}")
         self.reason, self.message, self.delay_s = reason, message, delay_s
+        self.switch = switch
+        """The replica failed (unreachable, gone, leaving): retry on the next one, if there is one."""
 
 
 @dataclass
@@ -132,6 +140,7 @@ def _failure(
 ) -> ProducerError | _Retry:
     """The error for a nack (WebSocket: ``status`` None) or a failed HTTP response."""
     b = body or {}
+    answered = bool(b.get("reason") or b.get("error"))  # the receiver's own answer, not a proxy's
     reason = str(b.get("reason") or b.get("error") or (f"http_{status}" if status else "unknown"))
     message = str(b.get("errorMessage") or b.get("message") or reason)
     if status is not None:
@@ -143,7 +152,10 @@ def _failure(
         retry = should if isinstance(should, bool) else reason in RETRYABLE_REASONS
     if retry:
         hints = [h for h in (_retry_after(retry_after), _ms_to_s(b.get("retryDelayMs"))) if h is not None]
-        return _Retry(reason, message, max(hints) if hints else None)
+        # Backpressure (buffer_full, rate_limited, ...) comes from a healthy replica and is about
+        # the shared store or this producer: another replica would say the same, so stay and wait.
+        switch = reason in LEAVING_REASONS or (status in _GATEWAY_STATUS and not answered)
+        return _Retry(reason, message, max(hints) if hints else None, switch=switch)
     return ProducerError(
         reason,
         message,
@@ -165,7 +177,34 @@ def _ack(body: Mapping[str, Any], batch: _Batch) -> Ack:
     return Ack(batch.sequence_number, str(body.get("status")), len(batch.events), details, max(0, delay))
 
 
+def _receiver_urls(url: str | Sequence[str], transport: str) -> tuple[str, ...]:
+    """``url`` (one URL, comma-separated URLs, or a sequence of them) as a tuple of base URLs."""
+    items = url.split(",") if isinstance(url, str) else list(url)
+    schemes = ("http", "https", "ws", "wss") if transport == "ws" else ("http", "https")
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"receiver URL {item!r} is not a string (url={url!r})")
+        u = item.strip().rstrip("/")
+        try:
+            parts = urlsplit(u)
+            # .port raises ValueError for a port that is not a number below 65536.
+            ok = parts.scheme in schemes and bool(parts.hostname) and parts.port != 0
+            ok = ok and not parts.query and not parts.fragment
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"receiver URL {item!r} is not a {'/'.join(schemes)} URL like http://host:8090 (url={url!r})"
+            )
+        out.append(u)
+    if not out:
+        raise ValueError(f"no receiver URL given (url={url!r})")
+    return tuple(out)
+
+
 class _Transport(Protocol):
+    def use(self, url: str) -> None: ...
     def resume(self, last_ack: int | None) -> int | None: ...
     def send(self, batch: _Batch, last_ack: int | None) -> Ack: ...
     def request_flush(self, last_ack: int | None) -> dict[str, Any]: ...
@@ -187,12 +226,17 @@ class _HttpTransport:
         self._owns_client = client is None
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
 
+    def use(self, url: str) -> None:
+        # Nothing to re-establish: every request carries source and sequenceNumber, and any
+        # replica reads the shared receipts (a batch the old one landed is acked duplicate).
+        self._url = url
+
     def _request(self, method: str, path: str, content: bytes | None = None, **headers: str) -> httpx.Response:
         try:
             return self._client.request(method, self._url + path, content=content, headers=self._auth | headers)
         except httpx.TransportError as exc:
             # Covers refused connections (receiver restarting), resets and timeouts.
-            raise _Retry("connection_error", f"{type(exc).__name__}: {exc}") from None
+            raise _Retry("connection_error", f"{type(exc).__name__}: {exc}", switch=True) from None
 
     def _fail(self, r: httpx.Response) -> ProducerError | _Retry:
         return _failure(_json_object(r.content), r.status_code, r.headers.get("retry-after"))
@@ -286,6 +330,11 @@ class _WsTransport:
         self._conn: WsConnection | None = None
         self.server_last_ack: int | None = None
 
+    def use(self, url: str) -> None:
+        # The next call connects there and resumes with ``connect``/``status`` as after a drop.
+        self.close()
+        self._url = ws_url(url)
+
     def _io(self, action: Callable[[], Any]) -> Any:
         from websockets.exceptions import InvalidStatus, WebSocketException
 
@@ -300,7 +349,7 @@ class _WsTransport:
             ) from None
         except (OSError, TimeoutError, WebSocketException) as exc:
             self.close()
-            raise _Retry("connection_lost", f"{type(exc).__name__}: {exc}") from None
+            raise _Retry("connection_lost", f"{type(exc).__name__}: {exc}", switch=True) from None
 
     def _recv(self, conn: WsConnection) -> dict[str, Any]:
         deadline = time.monotonic() + self._timeout
@@ -399,11 +448,23 @@ class Producer:
     ``start_sequence``). Events without ``sequence`` are numbered by the producer: from
     ``start_event_sequence`` if given, else from the wall clock in microseconds, so a restarted
     producer never numbers below what it sent before (the sequence orders changes of a row).
+
+    ``url`` is one receiver URL, several comma-separated (``"http://a:8090,http://b:8090"``) or a
+    sequence of them: replicas sharing one staging store. The producer sends to one (``url``) and
+    moves to the next, round robin, when it fails: a connection that is refused, reset or times
+    out, a 502/503/504 without the receiver's own answer (a proxy's), or a ``shutting_down`` nack.
+    The batch is then resent to the next replica under the same ``sequenceNumber``: the receipts
+    are in the shared store, so one the old replica landed is acked ``duplicate`` (WebSocket
+    reconnects and resumes with ``connect`` first). Backpressure a replica answers itself
+    (``buffer_full``, ``rate_limited``, ``load_shedding``, ``connection_limit``, ``internal_error``)
+    is honoured there with its delay: it is about the shared store or this producer, not that
+    replica. A switch is one of the ``max_attempts`` and waits the usual backoff (not the left
+    replica's hint); ``failovers`` counts switches.
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         source: str,
         *,
         token: str | None = None,
@@ -427,15 +488,17 @@ class Producer:
             raise ValueError("batch_size and max_attempts must be >= 1")
         if compress not in (None, "gzip", "zstd"):
             raise ValueError(f"compress must be None, 'gzip' or 'zstd', got {compress!r}")
-        url = url.rstrip("/")
+        if transport not in ("http", "ws"):
+            raise ValueError(f"transport must be 'http' or 'ws', got {transport!r}")
+        self._urls = _receiver_urls(url, transport)
+        self._url_index = 0
+        self._failovers = 0
         self.source = source
         self._transport: _Transport
         if transport == "http":
-            self._transport = _HttpTransport(url, source, token, compress, timeout_s, http_client)
-        elif transport == "ws":
-            self._transport = _WsTransport(url, source, token, batch_size, timeout_s, ws_connect)
+            self._transport = _HttpTransport(self._urls[0], source, token, compress, timeout_s, http_client)
         else:
-            raise ValueError(f"transport must be 'http' or 'ws', got {transport!r}")
+            self._transport = _WsTransport(self._urls[0], source, token, batch_size, timeout_s, ws_connect)
         self._batch_size, self._max_attempts = batch_size, max_attempts
         self._base_delay, self._max_delay = base_delay_s, max_delay_s
         self._on_ack, self._sleep, self._clock = on_ack, sleep, clock
@@ -448,6 +511,21 @@ class Producer:
         self._pending: _Batch | None = None
         self._not_before = 0.0
         self._closed = False
+
+    @property
+    def url(self) -> str:
+        """The receiver replica the producer sends to now."""
+        return self._urls[self._url_index]
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every receiver replica, in failover order."""
+        return self._urls
+
+    @property
+    def failovers(self) -> int:
+        """How many times the producer moved to another replica after one failed."""
+        return self._failovers
 
     @property
     def last_ack_sequence(self) -> int | None:
@@ -584,6 +662,17 @@ class Producer:
             self._on_ack(ack)
         return ack
 
+    def _fail_over(self, exc: _Retry) -> bool:
+        """Move to the next replica (round robin); False when there is no other."""
+        if len(self._urls) < 2:
+            return False
+        left = self.url
+        self._url_index = (self._url_index + 1) % len(self._urls)
+        self._failovers += 1
+        self._transport.use(self.url)
+        log.warning("%s: receiver %s failed (%s); failing over to %s", self.source, left, exc, self.url)
+        return True
+
     def _with_retries(self, op: Callable[[], T], batch: _Batch | None = None) -> T:
         for attempt in range(1, self._max_attempts + 1):
             try:
@@ -591,13 +680,17 @@ class Producer:
             except _Retry as exc:
                 if batch is not None:
                     batch.retry_count += 1
+                # Also after the last attempt: the next flush then starts on a replica that may be up.
+                switched = exc.switch and self._fail_over(exc)
                 if attempt == self._max_attempts:
                     raise ProducerError(
                         exc.reason, f"gave up after {attempt} attempts: {exc.message}", retryable=True
                     ) from None
                 cap = min(self._max_delay, self._base_delay * 2 ** (attempt - 1))
-                # Full jitter spreads producers that failed together; a server hint wins over it.
-                delay = exc.delay_s if exc.delay_s is not None else self._rng.uniform(0, cap)
+                # Full jitter spreads producers that failed together; a server hint wins over it,
+                # unless it came from the replica just left.
+                hint = None if switched else exc.delay_s
+                delay = hint if hint is not None else self._rng.uniform(0, cap)
                 log.info("%s: %s; attempt %d, retrying in %.3fs", self.source, exc, attempt, delay)
                 self._sleep(delay)
         raise AssertionError("unreachable")

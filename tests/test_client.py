@@ -2,9 +2,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,8 @@ from websockets.exceptions import ConnectionClosedError
 from cdclake import staging
 from cdclake.client import Ack, Producer, ProducerError, ws_url
 from cdclake.local import free_port
+from cdclake.settings import Settings
+from receiver.__main__ import Server as ReceiverServer
 from receiver.app import create_app
 from tests.conftest import make_settings
 
@@ -83,10 +90,10 @@ class Receiver:
         return [json.loads(r.content) for r in self.posts]
 
 
-def producer(receiver: Receiver, fake: FakeTime, **kw: Any) -> Producer:
-    kw = {"start_event_sequence": 1, "batch_size": 2, "max_attempts": 4, **kw}
+def producer(receiver: Callable[[httpx.Request], httpx.Response], fake: FakeTime, **kw: Any) -> Producer:
+    kw = {"url": URL, "start_event_sequence": 1, "batch_size": 2, "max_attempts": 4, **kw}
     client = httpx.Client(transport=httpx.MockTransport(receiver))
-    return Producer(URL, "src", http_client=client, sleep=fake.sleep, clock=fake.clock, rng=MaxJitter(), **kw)
+    return Producer(source="src", http_client=client, sleep=fake.sleep, clock=fake.clock, rng=MaxJitter(), **kw)
 
 
 @pytest.fixture()
@@ -333,6 +340,141 @@ def test_ws_url() -> None:
     assert ws_url("ws://h:1/x") == "ws://h:1/x/v1/stream"
 
 
+def test_receiver_urls_from_a_string_a_comma_list_or_a_sequence() -> None:
+    assert Producer("http://a:1/", "src").urls == ("http://a:1",)
+    p = Producer(" http://a:1 , https://b.example/base/ ", "src")
+    assert p.urls == ("http://a:1", "https://b.example/base") and p.url == "http://a:1" and p.failovers == 0
+    assert Producer(["http://a:1", "http://b:2"], "src").urls == ("http://a:1", "http://b:2")
+    assert Producer("ws://a:1", "src", transport="ws").url == "ws://a:1"
+
+
+@pytest.mark.parametrize(
+    ("url", "bad"),
+    [
+        ("", ""),
+        ([], None),
+        ("a:1", "a:1"),
+        ("127.0.0.1:8090", "127.0.0.1:8090"),
+        ("http://", "http://"),
+        ("ftp://a", "ftp://a"),
+        ("ws://a:1", "ws://a:1"),  # HTTP transport
+        ("http://a:port", "http://a:port"),
+        ("http://a:1,,http://b:2", ""),
+        (["http://a:1", "http://b:2?x=1"], "http://b:2?x=1"),
+    ],
+)
+def test_a_bad_receiver_url_is_a_value_error_naming_it(url: Any, bad: str | None) -> None:
+    with pytest.raises(ValueError) as err:
+        Producer(url, "src")
+    text = str(err.value)
+    assert (f"receiver URL {bad!r}" if bad is not None else "no receiver URL") in text and repr(url) in text
+
+
+A, B = "http://a.test", "http://b.test"
+
+
+class Replicas:
+    """Routes each request to the scripted Receiver of its host; they share ``last_ack``."""
+
+    def __init__(self, **by_host: Callable[[httpx.Request], httpx.Response]) -> None:
+        self.by_host = by_host
+        self.order: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host.split(".")[0]
+        self.order.append(host)
+        return self.by_host[host](request)
+
+
+def one_event(p: Producer, row: str = "a") -> Ack:
+    return p.send_events([{"operation": "DELETE", "table": "t", "rowId": row}])
+
+
+def test_connection_error_fails_over_to_the_next_replica_with_the_same_batch(fake: FakeTime) -> None:
+    a, b = Receiver(httpx.ConnectError("refused")), Receiver()
+    rx = Replicas(a=a, b=b)
+    p = producer(rx, fake, url=f"{A},{B}", start_sequence=7)
+    assert one_event(p).sequence_number == 7 and one_event(p, "b").sequence_number == 8
+    assert rx.order == ["a", "b", "b"] and p.url == B and p.failovers == 1
+    first, again = a.bodies()[0], b.bodies()[0]
+    assert again == first | {"isRetry": True, "retryCount": 1}
+    assert fake.sleeps == [0.1]  # a switch is an attempt and waits the usual backoff
+
+
+def refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("refused")
+
+
+def test_resumption_fails_over_too(fake: FakeTime) -> None:
+    rx = Replicas(a=refused, b=Receiver(last_ack=41))
+    p = producer(rx, fake, url=[A, B])
+    assert one_event(p).sequence_number == 42 and p.failovers == 1 and rx.order == ["a", "b", "b"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "switches", "sleep"),
+    [
+        # Backpressure from a healthy replica: stay and honour its delay.
+        (nack(503, "buffer_full", retryDelayMs=2500), False, 2.5),
+        (nack(503, "internal_error", headers={"Retry-After": "1"}, retryDelayMs=1000), False, 1.0),
+        (nack(503, "load_shedding"), False, 0.1),
+        (nack(429, "rate_limited", headers={"Retry-After": "3"}), False, 3.0),
+        (nack(429, "connection_limit", retryDelayMs=100), False, 0.1),
+        # The replica is going away, or a proxy found none behind it: next replica, usual backoff.
+        (nack(503, "shutting_down", headers={"Retry-After": "1"}, retryDelayMs=1000), True, 0.1),
+        (httpx.Response(502, text="Bad Gateway"), True, 0.1),
+        (httpx.Response(503, text="<html>no healthy upstream</html>"), True, 0.1),
+        (httpx.Response(504, text="Gateway Timeout"), True, 0.1),
+        (httpx.ReadTimeout("no answer"), True, 0.1),
+        (httpx.RemoteProtocolError("peer closed"), True, 0.1),
+    ],
+)
+def test_which_failures_switch_replicas(fake: FakeTime, reply: Reply, switches: bool, sleep: float) -> None:
+    rx = Replicas(a=Receiver(reply), b=Receiver())
+    p = producer(rx, fake, url=[A, B], start_sequence=1)
+    assert one_event(p).status == "persisted"
+    assert rx.order == (["a", "b"] if switches else ["a", "a"])
+    assert (p.url, p.failovers) == ((B, 1) if switches else (A, 0)) and fake.sleeps == [sleep]
+
+
+def test_replicas_are_tried_round_robin_within_max_attempts(fake: FakeTime) -> None:
+    rx = Replicas(a=refused, b=refused, c=refused)
+    p = producer(rx, fake, url="http://a.test,http://b.test,http://c.test", start_sequence=1, max_attempts=4)
+    p.send("t", "DELETE", "x")
+    with pytest.raises(ProducerError) as err:
+        p.flush()
+    assert err.value.retryable and "4 attempts" in str(err.value)
+    assert rx.order == ["a", "b", "c", "a"] and fake.sleeps == [0.1, 0.2, 0.4]
+    # The last failure moved on too: the next flush starts on b, which answers now.
+    rx.by_host["b"] = Receiver()
+    assert p.url == "http://b.test" and p.failovers == 4
+    assert p.flush() == Ack(1, "persisted", 1, {}, 0) and rx.order[-1] == "b"
+
+
+def test_one_replica_retries_in_place_without_counting_failovers(fake: FakeTime) -> None:
+    rx = Receiver(nack(503, "shutting_down", retryDelayMs=1000), httpx.ConnectError("refused"))
+    p = producer(rx, fake, start_sequence=1)
+    one_event(p)
+    assert p.failovers == 0 and p.url == URL and fake.sleeps == [1.0, 0.2]
+
+
+def test_websocket_fails_over_and_resumes_on_the_other_replica(fake: FakeTime) -> None:
+    a, b = FakeWs(last_ack=4), FakeWs(last_ack=4)
+    a.drop_next_batch, b.drop_next_batch = True, False
+    by_url = {"ws://a.test/v1/stream": a, "ws://b.test/v1/stream": b}
+
+    def connect(url: str, headers: dict[str, str], timeout_s: float) -> FakeWs:
+        return by_url[url].connect(url, headers, timeout_s)
+
+    p = Producer([A, B], "src", transport="ws", ws_connect=connect, **vars_of(fake))
+    assert one_event(p).sequence_number == 5 and (p.url, p.failovers) == (B, 1)
+    assert [m["type"] for m in a.sent] == ["connect", "cdc_batch"]
+    assert [m["type"] for m in b.sent] == ["connect", "cdc_batch"]
+    assert b.sent[0]["lastAckSequence"] == 4
+    assert b.sent[1]["events"] == a.sent[1]["events"] and b.sent[1]["sequenceNumber"] == 5
+    assert b.sent[1]["retryCount"] == 1
+
+
 @pytest.fixture()
 def live_receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     settings = make_settings(tmp_path)
@@ -375,3 +517,130 @@ def test_three_batches_land_in_staging_of_the_real_receiver(live_receiver: tuple
     # A new producer asks the receiver (GET /v1/sources) where this source stands.
     with Producer(url, "it-src", start_event_sequence=13) as again:
         assert again.send_events([{"operation": "DELETE", "table": "users", "rowId": "r1"}]).sequence_number == 4
+
+
+class ThreadReplica:
+    """A receiver replica: uvicorn in a thread on a free 127.0.0.1 port. ``stop`` takes the path
+    of SIGTERM (refuse with ``shutting_down``, finish what is landing, close connections)."""
+
+    def __init__(self, settings: Settings) -> None:
+        port = free_port()
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=10
+        )
+        self.server = ReceiverServer(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "receiver did not start"
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.handle_exit(signal.SIGTERM, None)
+        self.thread.join(20)
+        assert not self.thread.is_alive(), "receiver did not stop"
+
+
+class ProcessReplica:
+    """A receiver replica as its own process (``python -m receiver``); ``stop`` is kill -9."""
+
+    def __init__(self, settings: Settings, log: Path) -> None:
+        port = free_port()
+        env = {**os.environ, **make_settings(settings.home, receiver_port=port, rate_limit_per_s=0.0).as_env()}
+        with log.open("ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "receiver"], env=env, stdout=subprocess.DEVNULL, stderr=err
+            )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            assert self.proc.poll() is None and time.monotonic() < deadline, "receiver did not start"
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)  # reaped: the survivor sees its claims' owner is gone and takes them over
+
+
+EVENTS_PER_BATCH = 5
+
+
+def produce_until(
+    p: Producer, stopped: threading.Event, acked: dict[int, set[int]], errors: list[BaseException]
+) -> None:
+    """Send batches without pause until 30 were acked after ``stopped`` (or 20 s passed)."""
+    try:
+        with p:
+            n, after_stop, deadline = 0, 0, time.monotonic() + 20
+            while after_stop < 30 and time.monotonic() < deadline:
+                events = [
+                    {"sequence": n + i, "operation": "INSERT", "table": "items", "rowId": str(n + i), "after": {"n": n}}
+                    for i in range(EVENTS_PER_BATCH)
+                ]
+                ack = p.send_events(events)
+                acked[ack.sequence_number] = {e["sequence"] for e in events}
+                n += EVENTS_PER_BATCH
+                after_stop += stopped.is_set()
+    except BaseException as exc:  # surfaced by the test thread
+        errors.append(exc)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+def test_a_replica_stopped_under_load_fails_over_and_loses_nothing(tmp_path: Path, how: str) -> None:
+    settings = make_settings(tmp_path, rate_limit_per_s=0.0)  # one home: both replicas share staging
+    started: list[ThreadReplica | ProcessReplica] = []
+    try:
+        first = ThreadReplica(settings) if how == "sigterm" else ProcessReplica(settings, tmp_path / "first.log")
+        started.append(first)
+        second = ThreadReplica(settings)
+        started.append(second)
+        stopped = threading.Event()
+        acked: dict[str, dict[int, set[int]]] = {"fo-http": {}, "fo-ws": {}}
+        errors: list[BaseException] = []
+        kw: dict[str, Any] = {"start_sequence": 1, "max_attempts": 50, "base_delay_s": 0.02, "max_delay_s": 0.2}
+        producers = {
+            src: Producer([first.url, second.url], src, transport=tr, timeout_s=5.0, **kw)  # type: ignore[arg-type]
+            for src, tr in (("fo-http", "http"), ("fo-ws", "ws"))
+        }
+        threads = [
+            threading.Thread(target=produce_until, args=(producers[src], stopped, acked[src], errors))
+            for src in producers
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 20
+        while min(len(a) for a in acked.values()) < 20:  # both mid-stream on the first replica
+            assert not errors and time.monotonic() < deadline, errors or "producers are not getting acks"
+            time.sleep(0.01)
+        first.stop()
+        started.remove(first)
+        stopped.set()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a producer did not finish"
+        assert not errors, errors
+    finally:
+        for replica in started:
+            replica.stop()
+
+    for p in producers.values():
+        assert p.url == second.url and p.failovers == 1, (p.source, p.failovers)
+    store = staging.LocalStaging(settings.staging_dir)
+    landed = Counter(
+        (e["source"], e["batchSequence"], e["sequence"])
+        for k in store.list("items")
+        for e in map(json.loads, store.get(k).splitlines())
+    )
+    assert max(landed.values()) == 1, [k for k, n in landed.items() if n > 1][:5]  # nothing twice
+    for src, batches in acked.items():
+        assert sorted(batches) == list(range(1, len(batches) + 1)) and len(batches) >= 50
+        # Every acked event is in staging, under its batch; nothing else of this source is.
+        assert {(b, s) for (source, b, s) in landed if source == src} == {
+            (b, s) for b, seqs in batches.items() for s in seqs
+        }
