@@ -1,4 +1,5 @@
-# One image for every cdclake service (receiver, Airflow components, Spark driver).
+# One image for every cdclake service: receiver, REST catalog, Airflow components, Spark master,
+# workers and driver (docker-compose.yaml). `hostname` (for the workers' address) is in the base.
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -15,8 +16,9 @@ COPY restcatalog/ restcatalog/
 COPY spark_jobs/ spark_jobs/
 COPY dags/ dags/
 COPY plugins/ plugins/
-# Same installer as a developer machine: pinned lock, bytecode compiled, jars verified.
-RUN PYTHON=python3.11 bash scripts/setup.sh
+# Same installer as a developer machine: pinned lock, bytecode compiled, jars verified; without
+# the tools only the tests use (Chromium, a PostgreSQL server).
+RUN CDCLAKE_SETUP_TEST_TOOLS=0 PYTHON=python3.11 bash scripts/setup.sh
 ENV PATH=/opt/cdclake/.venv/bin:$PATH \
     CDCLAKE_JARS_DIR=/opt/cdclake/.jars \
     PYSPARK_PYTHON=/opt/cdclake/.venv/bin/python

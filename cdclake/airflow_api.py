@@ -85,6 +85,16 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self.json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        self.json("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
+
+    def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        """Queued and running runs, oldest first."""
+        runs: list[dict[str, Any]] = self.json(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns", params={"state": ["queued", "running"], "order_by": "run_after"}
+        )["dag_runs"]
+        return runs
+
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         run = self.json("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
         run_id: str = run["dag_run_id"]

@@ -56,8 +56,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class LocalStack:
-    def __init__(self, settings: Settings, log: IO[str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log: IO[str] | None = None,
+        receiver_ports: tuple[int, ...] = (),
+        dags_paused: bool = False,
+    ) -> None:
+        """``receiver_ports``: more receiver replicas beside ``settings.receiver_port``, sharing
+        its staging store (each is stateless; receipts live in the store). ``dags_paused``: the
+        DAGs start paused (no scheduled or asset-triggered runs until unpaused)."""
         self.settings = settings
+        self.receiver_ports = receiver_ports
+        self.dags_paused = dags_paused
         self.airflow_home = settings.home / "airflow"
         self.logs = settings.home / "logs"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -113,11 +124,11 @@ class LocalStack:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(self.dags_paused),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.airflow_url}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": s.airflow_db_url,
             "AIRFLOW__API__HOST": s.airflow_host,
             "AIRFLOW__API__PORT": str(s.airflow_port),
             "AIRFLOW__API__BASE_URL": s.airflow_url,
@@ -152,12 +163,12 @@ class LocalStack:
 
     # -------------------------------------------------------------- processes
 
-    def _spawn(self, name: str, cmd: list[str]) -> None:
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[name] = subprocess.Popen(
             cmd,
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             cwd=PROJECT_ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -172,6 +183,7 @@ class LocalStack:
             ("CDCLAKE_AIRFLOW_PORT", s.airflow_host, s.airflow_port),
             ("CDCLAKE_RECEIVER_PORT", s.receiver_host, s.receiver_port),
             ("CDCLAKE_REST_PORT", s.rest_host, s.rest_port),
+            *(("receiver_ports", s.receiver_host, p) for p in self.receiver_ports),
         ]
         if self.connect_address:
             checks.append(("CDCLAKE_SPARK_CONNECT_URL", *self.connect_address))
@@ -192,18 +204,19 @@ class LocalStack:
             host, port = self.connect_address
             self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
             self._spawn("spark-connect", connect_server_command(s, host, port))
-        self.say("airflow db migrate (SQLite metadata database) ...")
-        with open(self.logs / "airflow-db-migrate.log", "ab") as out:
-            rc = subprocess.run(
-                [bin_path("airflow"), "db", "migrate"], env=self.env(), cwd=PROJECT_ROOT, stdout=out, stderr=out
-            ).returncode
-        if rc:
-            raise RuntimeError(f"airflow db migrate failed ({rc}); see {self.logs / 'airflow-db-migrate.log'}")
+        from cdclake import bootstrap
+
+        # Buckets, catalog tables and Airflow's schema: what `cdclake init` does, idempotently.
+        bootstrap.ensure_buckets(s, self.say)
+        bootstrap.ensure_catalog(s, self.say)
+        bootstrap.migrate_airflow(s, self.say, env=self.env())
         self.say(
             f"starting receiver on {s.receiver_url}, REST catalog on {self.rest_url} and Airflow on {s.airflow_url} "
             f"(logs: {self.logs})"
         )
         self._spawn("receiver", [sys.executable, "-m", "receiver"])
+        for i, port in enumerate(self.receiver_ports, start=2):
+            self._spawn(f"receiver-{i}", [sys.executable, "-m", "receiver"], {"CDCLAKE_RECEIVER_PORT": str(port)})
         self._spawn("rest-catalog", [sys.executable, "-m", "restcatalog"])
         self._spawn(
             "airflow-api-server",
@@ -227,17 +240,24 @@ class LocalStack:
         self.say(f"services up in {time.monotonic() - t0:.0f}s")
         return self
 
+    @property
+    def receiver_urls(self) -> list[str]:
+        host = self.settings.receiver_host
+        return [self.settings.receiver_url, *(f"http://{host}:{p}" for p in self.receiver_ports)]
+
     def wait_receiver(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._assert_running()
-            try:
-                if httpx.get(f"{self.settings.receiver_url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"receiver not healthy after {timeout:.0f}s; see {self.logs / 'receiver.log'}")
+        for url in self.receiver_urls:
+            while True:
+                self._assert_running()
+                try:
+                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"receiver {url} not healthy after {timeout:.0f}s; see {self.logs}")
+                time.sleep(0.3)
 
     @property
     def rest_url(self) -> str:

@@ -90,6 +90,9 @@ class Settings:
     spark_driver_host: str = "127.0.0.1"
     """Address executors use to reach the driver (the Spark Connect server, a spark-submit): on
     one machine the loopback; in docker-compose the driver's service name."""
+    spark_event_log_dir: str = ""
+    """Where Spark drivers write event logs (for the History Server, or to see which executor ran
+    what); empty: off."""
     spark_executor_memory: str = "1g"
     """Memory per executor on a ``spark://`` cluster; at most a worker's ``--memory``, or the
     application waits for resources forever."""
@@ -232,6 +235,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         spark_connect_url=e.get("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002"),
         airflow_db_url=s("AIRFLOW_DB_URL", f"sqlite:///{home / 'airflow' / 'airflow.db'}"),
         spark_driver_host=s("SPARK_DRIVER_HOST", "127.0.0.1"),
+        spark_event_log_dir=s("SPARK_EVENT_LOG_DIR", ""),
         spark_executor_memory=s("SPARK_EXECUTOR_MEMORY", "1g"),
         spark_cores_max=_int(e, "CDCLAKE_SPARK_CORES_MAX", 0),
         spark_ship_jars=_bool(e, "CDCLAKE_SPARK_SHIP_JARS", False),

@@ -110,10 +110,13 @@ def jar_conf(settings: Settings) -> dict[str, str]:
 
 
 def cluster_conf(settings: Settings) -> dict[str, str]:
-    """Executor sizing on a ``spark://`` master; nothing in local mode."""
+    """Executor sizing on a ``spark://`` master, and event logs when asked for."""
+    out: dict[str, str] = {}
+    if settings.spark_event_log_dir:
+        out = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": settings.spark_event_log_dir}
     if not on_cluster(settings):
-        return {}
-    out = {"spark.executor.memory": settings.spark_executor_memory}
+        return out
+    out["spark.executor.memory"] = settings.spark_executor_memory
     if settings.spark_cores_max:
         out["spark.cores.max"] = str(settings.spark_cores_max)
     return out

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     m.add_argument("--webui-port", type=int, default=8081)
     w = sub.add_parser("worker", help="a standalone worker")
     w.add_argument("master_url", help="spark://host:port")
-    w.add_argument("--host", default="127.0.0.1")
+    w.add_argument("--host", default="127.0.0.1", help="address to advertise; `auto`: this host's own IP (a container)")
     w.add_argument("--port", type=int, default=0)
     w.add_argument("--webui-port", type=int, default=0)
     w.add_argument("--cores", type=int, default=1)
@@ -74,6 +74,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.role == "master":
         cmd = master_command(args.host, args.port, args.webui_port)
     else:
+        if args.host == "auto":
+            import socket
+
+            # A scaled container has no name of its own that others resolve; its IP they reach.
+            args.host = socket.gethostbyname(socket.gethostname())
         if not args.master_url.startswith("spark://"):
             p.error(f"master_url must be spark://host:port, got {args.master_url!r}")
         cmd = worker_command(

@@ -14,8 +14,14 @@ log() { printf '[setup] %s\n' "$*"; }
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-# Headless Chromium for the browser test of the Airflow UI (tests/test_browser.py, Playwright).
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# What only the tests need; CDCLAKE_SETUP_TEST_TOOLS=0 (the Docker image) leaves it out.
+if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
+  # Headless Chromium for the browser test of the Airflow UI (tests/test_browser.py, Playwright).
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+  # PostgreSQL server binaries for the distributed-topology test (tests/cluster.py runs its own
+  # throwaway cluster with initdb/pg_ctl; the package's default cluster is left alone).
+  compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
   apt-get update -qq

