@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest
+.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest bench-scale
 
 PY := .venv/bin/python
 
@@ -54,3 +54,8 @@ bench-compaction: setup
 # REST catalog server vs the SQL catalog used directly (load latency, commit throughput): `make bench-rest`
 bench-rest: setup
 	@$(PY) -m tests.bench_rest $(ARGS)
+
+# Apply throughput on a Spark standalone cluster, 1 vs 2 one-core workers (on 2 cores: overhead, not speed-up):
+# `make bench-scale` or `make bench-scale ARGS="--events 20000 --repeat 2"`
+bench-scale: setup
+	@$(PY) -m tests.bench_scale $(ARGS)
