@@ -113,7 +113,13 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
     """Executor sizing on a ``spark://`` master, and event logs when asked for."""
     out: dict[str, str] = {}
     if settings.spark_event_log_dir:
-        out = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": settings.spark_event_log_dir}
+        # Uncompressed: a running application's log (the Connect server runs for days) can then
+        # be read as it grows; the History Server reads either.
+        out = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": settings.spark_event_log_dir,
+            "spark.eventLog.compress": "false",
+        }
     if not on_cluster(settings):
         return out
     out["spark.executor.memory"] = settings.spark_executor_memory

@@ -165,16 +165,22 @@ class SparkStandalone:
         """Ids of the executors worker ``i`` launched (its work dir has ``app-*/<id>/``)."""
         return {p.name for p in self.work_dir(i).glob("app-*/*") if p.is_dir()}
 
-    def tasks_by_worker(self, event_log_dir: Path) -> dict[int, int]:
-        """Finished tasks per worker, from the drivers' event logs (``SparkListenerTaskEnd``)."""
-        per_executor: dict[str, int] = {}
-        for log in event_log_dir.iterdir():
+    @staticmethod
+    def events(event_log_dir: Path, kind: str) -> Iterator[dict[str, Any]]:
+        """Events of one kind (e.g. ``SparkListenerTaskEnd``) from the drivers' event logs."""
+        # Spark 4 rolls event logs by default: eventlog_v2_<app>/events_<n>_<app>[.inprogress].
+        for log in (p for p in event_log_dir.rglob("*") if p.is_file()):
             for line in log.read_text(errors="replace").splitlines():
-                if '"SparkListenerTaskEnd"' not in line:
-                    continue
-                with contextlib.suppress(ValueError):
-                    ex = json.loads(line)["Task Info"]["Executor ID"]
-                    per_executor[ex] = per_executor.get(ex, 0) + 1
+                if f'"{kind}"' in line:
+                    with contextlib.suppress(ValueError):  # a line still being written
+                        yield json.loads(line)
+
+    def tasks_by_worker(self, event_log_dir: Path) -> dict[int, int]:
+        """Finished tasks per worker, from the drivers' event logs."""
+        per_executor: dict[str, int] = {}
+        for ev in self.events(event_log_dir, "SparkListenerTaskEnd"):
+            ex = ev["Task Info"]["Executor ID"]
+            per_executor[ex] = per_executor.get(ex, 0) + 1
         return {
             i: sum(n for ex, n in per_executor.items() if ex in self.executors(i)) for i in range(1, self.n_workers + 1)
         }

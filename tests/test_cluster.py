@@ -182,9 +182,12 @@ def test_worker_killed_during_apply_then_tables_match_the_reference(
         problems = diff(expected[t], actual[t])
         assert not problems, f"{t}: {problems[:3]}"
 
-    # Both workers ran the jobs' tasks (worker 2 until it was killed), per the event log.
+    # Both workers ran the jobs' tasks (worker 2 until it was killed), per the event log, and the
+    # driver saw worker 2's executor go.
     after = cluster.spark.tasks_by_worker(cluster.event_log_dir)
     assert after[1] > before[1] and after[2] > before[2], (before, after)
+    removed = {e["Executor ID"] for e in cluster.spark.events(cluster.event_log_dir, "SparkListenerExecutorRemoved")}
+    assert removed & cluster.spark.executors(2), removed
     apps = cluster.spark.status()["activeapps"]
     assert [a["name"] for a in apps] == ["cdclake-spark-connect"]
     # Data and metadata are in the bucket, none on local disk.
