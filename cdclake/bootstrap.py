@@ -53,10 +53,19 @@ def ensure_catalog(settings: Settings, say: Callable[[str], None]) -> None:
     """The catalog tables (pyiceberg creates them if missing, in the V1 layout Spark's JdbcCatalog
     with ``jdbc.schema-version=V1`` shares) and the namespace."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError
+    from sqlalchemy.exc import SQLAlchemyError
 
     from cdclake.catalog import open_catalog
 
-    catalog = open_catalog(settings)
+    url = settings.catalog_db_url
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        catalog = open_catalog(settings)
+    except SQLAlchemyError as exc:
+        safe = url.split("@", 1)[-1] if "@" in url else url  # no password in messages
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise SettingsError(f"CDCLAKE_CATALOG_URL (...{safe}): cannot open the catalog database: {reason}") from exc
     try:
         catalog.create_namespace(settings.namespace)
         say(f"namespace {settings.catalog_name}.{settings.namespace}: created")

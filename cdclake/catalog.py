@@ -29,7 +29,10 @@ def io_properties(settings: Settings) -> dict[str, str]:
 
 def open_catalog(settings: Settings) -> SqlCatalog:
     return _catalog(
-        settings.catalog_name, settings.catalog_url, settings.warehouse, tuple(sorted(io_properties(settings).items()))
+        settings.catalog_name,
+        settings.catalog_db_url,
+        settings.warehouse,
+        tuple(sorted(io_properties(settings).items())),
     )
 
 

@@ -74,7 +74,7 @@ def _wait_turn(settings: Settings, table: str, owner: str, since: float) -> bool
     import sqlalchemy as sa
 
     name, now = f"{settings.namespace}.{table}", time.time()
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         c.execute(sa.text(f"DELETE FROM {WAITERS} WHERE expires_at < :now"), {"now": now})
         args = {"t": name, "o": owner, "q": since, "e": now + WAITER_TTL_S}
         if not c.execute(
@@ -94,7 +94,7 @@ def _wait_turn(settings: Settings, table: str, owner: str, since: float) -> bool
 def _leave_queue(settings: Settings, table: str, owner: str) -> None:
     import sqlalchemy as sa
 
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         c.execute(
             sa.text(f"DELETE FROM {WAITERS} WHERE table_name = :t AND owner = :o"),
             {"t": f"{settings.namespace}.{table}", "o": owner},
@@ -105,7 +105,7 @@ def waiters(settings: Settings, table: str) -> list[str]:
     """Owners queued for ``table``'s lock, first in line first."""
     import sqlalchemy as sa
 
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         rows = c.execute(
             sa.text(
                 f"SELECT owner FROM {WAITERS} WHERE table_name = :t AND expires_at >= :now ORDER BY enqueued_at, owner"
@@ -118,7 +118,7 @@ def waiters(settings: Settings, table: str) -> list[str]:
 def try_acquire(settings: Settings, table: str, owner: str, ttl_s: float = DEFAULT_TTL_S) -> bool:
     import sqlalchemy as sa
 
-    engine = _engine(settings.catalog_url)
+    engine = _engine(settings.catalog_db_url)
     now = time.time()
     name = f"{settings.namespace}.{table}"
     with engine.begin() as c:
@@ -138,7 +138,7 @@ def try_acquire(settings: Settings, table: str, owner: str, ttl_s: float = DEFAU
 def renew(settings: Settings, table: str, owner: str, ttl_s: float = DEFAULT_TTL_S) -> bool:
     import sqlalchemy as sa
 
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         n = c.execute(
             sa.text(f"UPDATE {TABLE} SET expires_at = :e WHERE table_name = :t AND owner = :o"),
             {"e": time.time() + ttl_s, "t": f"{settings.namespace}.{table}", "o": owner},
@@ -149,7 +149,7 @@ def renew(settings: Settings, table: str, owner: str, ttl_s: float = DEFAULT_TTL
 def release(settings: Settings, table: str, owner: str) -> None:
     import sqlalchemy as sa
 
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         c.execute(
             sa.text(f"DELETE FROM {TABLE} WHERE table_name = :t AND owner = :o"),
             {"t": f"{settings.namespace}.{table}", "o": owner},
@@ -159,7 +159,7 @@ def release(settings: Settings, table: str, owner: str) -> None:
 def holder(settings: Settings, table: str) -> str | None:
     import sqlalchemy as sa
 
-    with _engine(settings.catalog_url).begin() as c:
+    with _engine(settings.catalog_db_url).begin() as c:
         row = c.execute(
             sa.text(f"SELECT owner FROM {TABLE} WHERE table_name = :t AND expires_at >= :now"),
             {"t": f"{settings.namespace}.{table}", "now": time.time()},

@@ -117,6 +117,11 @@ class Settings:
     def jdbc_url(self) -> str:
         return jdbc_url(self.catalog_url)
 
+    @property
+    def catalog_db_url(self) -> str:
+        """The catalog URL for SQLAlchemy (pyiceberg, locks, the REST catalog)."""
+        return sqlalchemy_url(self.catalog_url)
+
     def as_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a child process."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -131,6 +136,14 @@ def jdbc_credentials(url: str) -> tuple[str, str] | None:
     if parts.username is None:
         return None
     return unquote(parts.username), unquote(parts.password or "")
+
+
+def sqlalchemy_url(url: str) -> str:
+    """A bare ``postgresql://`` means psycopg 3 to SQLAlchemy 2.1, which is not installed: name
+    the driver the lock has (psycopg2)."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg2://" + url[len("postgresql://") :]
+    return url
 
 
 def jdbc_url(url: str) -> str:

@@ -160,7 +160,7 @@ class Catalog:
     def __init__(self, settings: Settings) -> None:
         self.warehouse = settings.warehouse
         self.cache = MetadataCache()
-        props = {"uri": settings.catalog_url, "warehouse": settings.warehouse, "schema_version": "v1"}
+        props = {"uri": settings.catalog_db_url, "warehouse": settings.warehouse, "schema_version": "v1"}
         props.update(io_properties(settings))
         # The same name, database and warehouse as cdclake.catalog.open_catalog and Spark's
         # JdbcCatalog: the same rows of iceberg_tables.

@@ -218,7 +218,8 @@ class Cluster:
             **{
                 **self.s3.settings_overrides("staging"),
                 "warehouse": f"s3://{self.s3.bucket}/warehouse",
-                "catalog_url": self.pg.url("iceberg"),
+                # Bare postgresql://, as docker-compose writes it (the code picks the driver).
+                "catalog_url": self.pg.url("iceberg", "postgresql"),
                 "airflow_db_url": self.pg.url("airflow"),
                 "spark_master": self.spark.url,
                 # Executors must fit the 1 GiB workers; the Connect server is the only

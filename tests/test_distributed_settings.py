@@ -106,6 +106,17 @@ def test_postgres_catalog_passes_credentials_to_jdbc_separately(tmp_path: Path) 
     conf = catalog_conf(s)
     assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db:5432/ice"
     assert (conf["spark.sql.catalog.lake.jdbc.user"], conf["spark.sql.catalog.lake.jdbc.password"]) == ("u@x", "p:w")
+    # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3, which the lock does not have.
+    bare = load({"CDCLAKE_HOME": str(tmp_path)}, catalog_url="postgresql://u:p@db:5432/ice")
+    assert bare.catalog_db_url == "postgresql+psycopg2://u:p@db:5432/ice"
+    assert bare.jdbc_url == "jdbc:postgresql://db:5432/ice"
+
+
+def test_init_names_the_catalog_url_without_its_password_when_the_database_is_down(tmp_path: Path) -> None:
+    s = load({"CDCLAKE_HOME": str(tmp_path)}, catalog_url="postgresql://u:hunter2@127.0.0.1:9/ice")
+    with pytest.raises(SettingsError, match="CDCLAKE_CATALOG_URL") as err:
+        bootstrap.ensure_catalog(s, print)
+    assert "hunter2" not in str(err.value) and "127.0.0.1:9/ice" in str(err.value)
 
 
 @pytest.mark.parametrize(
