@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,6 @@ import pytest
 from cdclake import staging
 from cdclake.client import Producer
 from cdclake.reference import diff, expected_tables, rows_by_key
-from cdclake.spark import connect_session
 from cdclake.workload import generate
 from tests.cluster import Cluster
 
@@ -132,18 +133,30 @@ def _wait_apply_running(cluster: Cluster, timeout: float = 300) -> str:
 
 
 def _tables(cluster: Cluster) -> dict[str, dict[str, dict[str, Any]]]:
-    """The tables as an analyst sees them: Spark SQL, on the cluster (the Connect server)."""
-    settings = _stack(cluster).settings
-    spark = connect_session(settings.spark_connect_url)
-    try:
-        out = {}
-        for t in TABLES:
-            ident = f"{settings.catalog_name}.{settings.namespace}.{t}"
-            spark.catalog.refreshTable(ident)
-            out[t] = rows_by_key(spark.sql(f"SELECT * FROM {ident}").collect())
-        return out
-    finally:
-        spark.stop()
+    """The tables as an analyst sees them: ``cdclake sql`` (Spark SQL on the cluster's Connect
+    server), in its own process, as a user runs it."""
+    stack = _stack(cluster)
+    s = stack.settings
+    out = {}
+    for t in TABLES:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cdclake",
+                "sql",
+                "--format",
+                "json",
+                f"SELECT * FROM {s.catalog_name}.{s.namespace}.{t}",
+            ],
+            env=stack.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        out[t] = rows_by_key(json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    return out
 
 
 def test_worker_killed_during_apply_then_tables_match_the_reference(
@@ -225,3 +238,14 @@ def test_maintenance_on_the_cluster_keeps_the_rows(cluster: Cluster, acked: list
     expected = expected_tables(acked)
     for t in TABLES:
         assert not diff(expected[t], before[t])
+
+
+def test_rest_catalog_serves_the_postgresql_catalog_with_s3_locations(cluster: Cluster) -> None:
+    stack = _stack(cluster)
+    ns = stack.settings.namespace
+    listed = httpx.get(f"{stack.rest_url}/v1/namespaces/{ns}/tables", timeout=30).json()
+    names = {i["name"] for i in listed["identifiers"]}
+    assert set(TABLES) <= names, names
+    table = httpx.get(f"{stack.rest_url}/v1/namespaces/{ns}/tables/orders", timeout=30).json()
+    assert table["metadata-location"].startswith(f"s3://{cluster.s3.bucket}/warehouse/")
+    assert table["config"]["s3.endpoint"] == cluster.s3.endpoint
