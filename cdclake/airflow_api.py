@@ -34,15 +34,23 @@ class AirflowClient:
         return token
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        for attempt in (1, 2):
+        # Airflow on SQLite answers 500 "Database error" when a write waits past SQLite's busy
+        # timeout (the scheduler and task heartbeats hold the one writer lock): an idempotent
+        # request is sent again after a pause; a POST is not (it may have taken effect).
+        retries = 4 if method.upper() in ("GET", "PUT", "PATCH", "DELETE") else 0
+        relogged = False
+        while True:
             if self._token is None:
                 self._token = self._login()
             r = self._http.request(method, path, headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
-            if r.status_code == 401 and attempt == 1:
-                self._token = None  # expired: log in again once
+            if r.status_code == 401 and not relogged:
+                self._token, relogged = None, True  # expired: log in again once
+                continue
+            if r.status_code in (500, 503) and retries:
+                retries -= 1
+                time.sleep(2.0)
                 continue
             return r
-        raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         r = self.request(method, path, **kwargs)
