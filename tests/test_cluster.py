@@ -133,30 +133,24 @@ def _wait_apply_running(cluster: Cluster, timeout: float = 300) -> str:
 
 
 def _tables(cluster: Cluster) -> dict[str, dict[str, dict[str, Any]]]:
-    """The tables as an analyst sees them: ``cdclake sql`` (Spark SQL on the cluster's Connect
-    server), in its own process, as a user runs it."""
+    """The tables as an analyst sees them: ``cdclake sql`` in its own process, as a user runs it
+    (Spark SQL on the cluster: over the Connect server when one runs, else as a driver of its
+    own). One statement, so one session, for all tables."""
     stack = _stack(cluster)
     s = stack.settings
-    out = {}
-    for t in TABLES:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cdclake",
-                "sql",
-                "--format",
-                "json",
-                f"SELECT * FROM {s.catalog_name}.{s.namespace}.{t}",
-            ],
-            env=stack.env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        out[t] = rows_by_key(json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
-    return out
+    sql = " UNION ALL ".join(
+        f"SELECT '{t}' AS t, to_json(struct(*)) AS j FROM {s.catalog_name}.{s.namespace}.{t}" for t in TABLES
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cdclake", "sql", "--format", "json", "--max-rows", "0", sql],
+        env=stack.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {t: rows_by_key(json.loads(r["j"]) for r in rows if r["t"] == t) for t in TABLES}
 
 
 def test_worker_killed_during_apply_then_tables_match_the_reference(
@@ -249,3 +243,30 @@ def test_rest_catalog_serves_the_postgresql_catalog_with_s3_locations(cluster: C
     table = httpx.get(f"{stack.rest_url}/v1/namespaces/{ns}/tables/orders", timeout=30).json()
     assert table["metadata-location"].startswith(f"s3://{cluster.s3.bucket}/warehouse/")
     assert table["config"]["s3.endpoint"] == cluster.s3.endpoint
+
+
+def test_spark_submit_per_task_through_the_airflow_connection(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Without a Connect server each task runs ``spark-submit`` against the master named by the
+    Airflow connection ``spark_default``; capped at one core per application so two can run."""
+    home = tmp_path_factory.mktemp("cluster-submit")
+    with Cluster(home, workers=2, receivers=1, spark_connect_url="", spark_cores_max=1, landing_grace_s=5) as c:
+        stack = _stack(c)
+        conn = json.loads(stack.env()["AIRFLOW_CONN_SPARK_DEFAULT"])
+        assert conn["host"] == c.spark.url and "AIRFLOW_CONN_SPARK_CONNECT" not in stack.env()
+        batches = generate(events=300, seed=5, source="submit-src", batch_size=100).batches
+        with Producer(stack.receiver_urls, "submit-src") as p:
+            for b in batches:
+                p.send_events(b["events"])
+        client = stack.airflow
+        client.wait_dag("cdc_apply")
+        run_id = client.trigger("cdc_apply")
+        client.unpause("cdc_apply")
+        assert client.wait_run("cdc_apply", run_id, timeout=900, progress=print) == "success"
+        tis = client.task_instances("cdc_apply", run_id)
+        assert {ti["operator"] for ti in tis if ti["task_id"] == "apply"} == {"SparkSubmitOperator"}
+        apps = c.spark.status()["completedapps"]
+        assert len(apps) >= len(TABLES) and all(a["cores"] <= 1 for a in apps), apps
+        actual = _tables(c)
+        expected = expected_tables(batches)
+        for t in TABLES:
+            assert not diff(expected[t], actual[t]), t
