@@ -15,33 +15,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cdclake.settings import PROJECT_ROOT, Settings, SettingsError
-
-if TYPE_CHECKING:
-    from cdclake.s3staging import S3Staging
-
-
-def _s3_store(settings: Settings, url: str) -> S3Staging:
-    from cdclake.s3staging import S3Staging, parse_url
-
-    bucket, _ = parse_url(url.replace("s3a://", "s3://", 1))
-    return S3Staging(
-        bucket,
-        endpoint_url=settings.s3_endpoint or None,
-        region=settings.s3_region or None,
-        path_style=settings.s3_path_style,
-        access_key=settings.s3_access_key or None,
-        secret_key=settings.s3_secret_key or None,
-    )
 
 
 def ensure_buckets(settings: Settings, say: Callable[[str], None]) -> None:
     for var, url in (("CDCLAKE_STAGING_URL", settings.staging_url), ("CDCLAKE_WAREHOUSE", settings.warehouse)):
         if not url.startswith(("s3://", "s3a://")):
             continue
-        store = _s3_store(settings, url)
+        from cdclake.s3staging import S3Staging  # boto3: only when a bucket is on S3
+
+        store = S3Staging.from_settings(settings, url)
         try:
             created = store.ensure_bucket()
         except Exception as exc:  # botocore's errors are many: name the setting

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def io_properties(settings: Settings) -> dict[str, str]:
     """pyiceberg FileIO properties for an S3 warehouse, from the S3 settings staging shares."""
-    if not settings.warehouse.startswith(("s3://", "s3a://")):
+    if not settings.warehouse_on_s3:
         return {}
     out = {"s3.region": settings.s3_region, "s3.force-virtual-addressing": str(not settings.s3_path_style).lower()}
     if settings.s3_endpoint:

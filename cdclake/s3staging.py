@@ -103,8 +103,9 @@ class S3Staging:
         self._s3: Any = session.client("s3", endpoint_url=endpoint_url or None, config=config)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> S3Staging:
-        bucket, prefix = parse_url(settings.staging_url)
+    def from_settings(cls, settings: Settings, url: str | None = None) -> S3Staging:
+        """The store at ``url`` (default CDCLAKE_STAGING_URL) with the shared S3 settings."""
+        bucket, prefix = parse_url((url or settings.staging_url).replace("s3a://", "s3://", 1))
         return cls(
             bucket,
             prefix,

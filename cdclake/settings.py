@@ -118,6 +118,10 @@ class Settings:
         return jdbc_url(self.catalog_url)
 
     @property
+    def warehouse_on_s3(self) -> bool:
+        return self.warehouse.startswith(("s3://", "s3a://"))
+
+    @property
     def catalog_db_url(self) -> str:
         """The catalog URL for SQLAlchemy (pyiceberg, locks, the REST catalog)."""
         return sqlalchemy_url(self.catalog_url)

@@ -50,13 +50,13 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
 
 
 def uses_s3(settings: Settings) -> bool:
-    return settings.warehouse.startswith(("s3://", "s3a://")) or settings.staging_url.startswith("s3://")
+    return settings.warehouse_on_s3 or settings.staging_url.startswith("s3://")
 
 
 def _s3fileio_conf(settings: Settings, c: str) -> dict[str, str]:
     """Iceberg's own S3 client (S3FileIO, iceberg-aws-bundle) for an S3 warehouse. The properties
     travel inside each table's FileIO to the executors, so workers need no S3 configuration."""
-    if not settings.warehouse.startswith(("s3://", "s3a://")):
+    if not settings.warehouse_on_s3:
         return {}
     out = {
         f"{c}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",

@@ -357,7 +357,7 @@ def _use_wal(engine: Engine) -> None:
 def client_config(settings: Settings) -> dict[str, str]:
     """Non-secret FileIO hints for clients (the ``config`` of a loaded table): where the object
     store is. Credentials stay with each client."""
-    if not settings.warehouse.startswith(("s3://", "s3a://")):
+    if not settings.warehouse_on_s3:
         return {}
     out = {"s3.region": settings.s3_region, "client.region": settings.s3_region}
     if settings.s3_endpoint:
