@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest bench-scale
+.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest bench-scale
 
 PY := .venv/bin/python
 
@@ -22,6 +22,14 @@ test: setup
 
 test-fast: setup
 	@$(PY) -m pytest -m "not e2e and not spark"
+
+# The long hostile-producer run: randomized (new examples every time, shrunk to minimal ones),
+# many more examples than CI's derandomized few. `make test-hostile` or
+# `make test-hostile N=5000 SPARK_N=100` (SPARK_N examples each apply through Spark, ~30 s apiece).
+test-hostile: setup
+	@CDCLAKE_HOSTILE_EXAMPLES=$(or $(N),2000) CDCLAKE_HOSTILE_SPARK_EXAMPLES=$(or $(SPARK_N),40) \
+		CDCLAKE_SCHEMATHESIS_EXAMPLES=$(or $(N),2000) CDCLAKE_SCHEMATHESIS_SHRINK=1 \
+		$(PY) -m pytest tests/test_hostile.py tests/test_schemathesis.py $(ARGS)
 
 lint: setup
 	@.venv/bin/ruff check cdclake receiver spark_jobs dags tests

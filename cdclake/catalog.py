@@ -4,6 +4,9 @@ without starting a JVM. pyiceberg is imported lazily."""
 from __future__ import annotations
 
 import functools
+import threading
+from collections import Counter
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from cdclake import staging, watermark
@@ -27,13 +30,19 @@ def io_properties(settings: Settings) -> dict[str, str]:
     return out
 
 
+_opening = threading.Lock()
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
-    return _catalog(
-        settings.catalog_name,
-        settings.catalog_db_url,
-        settings.warehouse,
-        tuple(sorted(io_properties(settings).items())),
-    )
+    # One thread at a time: two first opens at once both create the catalog's tables in the
+    # database, and the second fails ("table iceberg_tables already exists").
+    with _opening:
+        return _catalog(
+            settings.catalog_name,
+            settings.catalog_db_url,
+            settings.warehouse,
+            tuple(sorted(io_properties(settings).items())),
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,18 +76,21 @@ def table_watermark(settings: Settings, table: str) -> watermark.Watermark | Non
     return watermark.from_summaries(dict(s.summary.additional_properties) if s.summary else None for s in snaps)
 
 
-def pending_tables(
+def pending_objects(
     settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
-) -> dict[str, int]:
-    """Tables with staging objects not yet consumed, and how many."""
+) -> Iterator[staging.ObjectKey]:
+    """Staging objects their table has not consumed yet, table by table."""
     store = store or staging.open_store(settings)
     wanted = {t.lower() for t in only} if only else None
-    out: dict[str, int] = {}
     for table in store.tables():
         if wanted is not None and table not in wanted:
             continue
         wm = table_watermark(settings, table) or watermark.Watermark()
-        n = sum(1 for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
-        if n:
-            out[table] = n
-    return out
+        yield from (k for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
+
+
+def pending_tables(
+    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+) -> dict[str, int]:
+    """Tables with staging objects not yet consumed, and how many."""
+    return dict(Counter(k.table for k in pending_objects(settings, only, store)))

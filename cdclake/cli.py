@@ -225,16 +225,19 @@ def demo(settings: Settings, keep_running: bool) -> int:
             spark.stop()
         for line in verdicts:
             stack.say(line)
-        stack.say(
-            f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password}; "
-            f"stored in {stack.airflow_home / 'passwords.json'})"
-        )
+        stack.say(login_hint(stack))
         if keep_running:
             stack.say("services keep running; Ctrl-C stops them all")
             _wait_forever(stack)
         else:
             stack.say("stopping services (run `make up` to keep them running and browse the UI)")
     return 0 if all("matches" in v for v in verdicts) else 1
+
+
+def login_hint(stack: Any) -> str:
+    # The password stays in its owner-only file: terminals and CI logs are read by others.
+    url, path = stack.settings.airflow_url, stack.passwords_file
+    return f'Airflow UI: {url}  (user admin; its password is the "admin" entry of {path})'
 
 
 def _wait_forever(stack: Any) -> None:
@@ -249,7 +252,7 @@ def up(settings: Settings) -> int:
     with LocalStack(settings) as stack:
         stack.say(f"receiver: {settings.receiver_url}/v1/batches")
         stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: see the README)")
-        stack.say(f"Airflow UI: {settings.airflow_url}  (user admin, password {stack.password})")
+        stack.say(login_hint(stack))
         stack.say("Ctrl-C stops everything")
         _wait_forever(stack)
     return 0
@@ -312,7 +315,11 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
     s.add_argument("--format", choices=FORMATS, default="table")
     sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
-    i = sub.add_parser("init", help="create/migrate buckets, the Iceberg catalog and (--airflow) Airflow's DB")
+    i = sub.add_parser(
+        "init",
+        help="create/migrate buckets, the Iceberg catalog, producer tokens (CDCLAKE_TOKENS_FILE), "
+        "and (--airflow) Airflow's DB",
+    )
     i.add_argument("--airflow", action="store_true", help="also run `airflow db migrate` on CDCLAKE_AIRFLOW_DB_URL")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)

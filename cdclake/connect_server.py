@@ -1,16 +1,21 @@
 """``python -m cdclake.connect_server [--host H] [--port P]``: run the Spark Connect server the DAGs'
 jobs use, in the foreground (a container's main process; the embedded stack starts the same
-command itself). Host and port default to those of ``CDCLAKE_SPARK_CONNECT_URL``."""
+command itself). Host and port default to those of ``CDCLAKE_SPARK_CONNECT_URL``.
+
+The server requires CDCLAKE_SPARK_CONNECT_TOKEN from every client (given to it in its environment,
+not its arguments); beyond loopback it refuses to start without one."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from cdclake.exposure import connect_refusal
 from cdclake.settings import load
-from cdclake.spark import connect_server_command
+from cdclake.spark import connect_server_command, connect_server_env
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -20,9 +25,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--host", default=url.hostname or "127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=url.port or 15002)
     args = p.parse_args(argv)
+    if problem := connect_refusal(settings, args.host):
+        sys.exit(problem)
     cmd = connect_server_command(settings, args.host, args.port)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.execvp(cmd[0], cmd)  # the JVM replaces this process: signals reach it directly
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", **os.environ, **connect_server_env(settings)}
+    os.execvpe(cmd[0], cmd, env)  # the JVM replaces this process: signals reach it directly
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -22,3 +23,18 @@ def failure_logger(dag_id: str, log: logging.Logger) -> Callable[[dict[str, Any]
         )
 
     return on_failure
+
+
+def table_groups(weights: Mapping[str, int], max_groups: int) -> list[list[str]]:
+    """Tables split into at most ``max_groups`` groups of about equal total weight (pending
+    objects), each group heaviest first, every table in exactly one. A DAG maps one task per
+    group: Airflow refuses a task mapped over more than 1,024 items, and whatever the number of
+    tables the most backlogged ones are applied first."""
+    n = min(max_groups, len(weights))
+    loads = [(0, i) for i in range(n)]  # a heap of (total weight, group)
+    out: list[list[str]] = [[] for _ in range(n)]
+    for table in sorted(weights, key=lambda t: (-weights[t], t)):
+        load, i = heapq.heappop(loads)
+        out[i].append(table)
+        heapq.heappush(loads, (load + max(1, weights[table]), i))
+    return out

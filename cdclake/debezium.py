@@ -89,7 +89,7 @@ from typing import Any
 
 import msgspec
 
-from cdclake import events
+from cdclake import events, names
 from cdclake.events import CDCEvent, InvalidBatch, Operation
 
 __all__ = ["DEFAULT_KEY_COLUMNS", "OnlyTombstones", "looks_like_debezium", "to_batch"]
@@ -282,7 +282,12 @@ def _mysql_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
     ]
 
 
-def _event(item: dict[str, Any], base: str, key_columns: Sequence[str] | Mapping[str, Sequence[str]]) -> CDCEvent:
+def _event(
+    item: dict[str, Any],
+    base: str,
+    key_columns: Sequence[str] | Mapping[str, Sequence[str]],
+    limits: names.Limits = names.DEFAULT,
+) -> CDCEvent:
     ppath = base
     payload: Any = item
     if "payload" in item:
@@ -333,6 +338,10 @@ def _event(item: dict[str, Any], base: str, key_columns: Sequence[str] | Mapping
     for name, img in images.items():
         if img is not None:
             _json_ok(img, f"{ppath}.{name}")
+            try:
+                names.check_image(img, limits)
+            except names.Refused as exc:
+                raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
     row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
 
     if payload.get("ts_ms") is not None:
@@ -423,11 +432,13 @@ def to_batch(
     producer: str | None = None,
     *,
     key_columns: Sequence[str] | Mapping[str, Sequence[str]] = DEFAULT_KEY_COLUMNS,
+    limits: names.Limits = names.DEFAULT,
 ) -> events.Batch:
     """One Debezium event or a list of them (parsed JSON) -> a :class:`~cdclake.events.Batch`.
 
     See the module docstring for the rules. Raises :class:`~cdclake.events.InvalidBatch` naming
     the JSON path of the first bad field (:class:`OnlyTombstones` when there is no change event).
+    Row images are held to the door rule of :mod:`cdclake.names` under ``limits``.
     """
     if isinstance(obj, list):
         items = [(f"$[{i}]", x) for i, x in enumerate(obj)]
@@ -445,7 +456,7 @@ def to_batch(
             raise InvalidBatch(base, f"expected a change event object or null, got {_kind(item)}")
         if "payload" in item and item["payload"] is None:
             continue  # enveloped tombstone
-        out.append(_event(item, base, key_columns))
+        out.append(_event(item, base, key_columns, limits))
         if producer is None:
             sources.append(_producer_name(item, base))
         if len(out) > events.MAX_EVENTS_PER_BATCH:

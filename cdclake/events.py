@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
+from cdclake import names
+
 Operation = Literal["INSERT", "UPDATE", "DELETE"]
 
 TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
@@ -105,19 +107,30 @@ def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         raise InvalidBatch("$", f"malformed JSON: {exc}") from None
 
 
-def check_events(evs: list[CDCEvent], path: str = "$.events") -> None:
-    """The rules a type cannot say: reserved table names, an after-image unless DELETE."""
-    for i, ev in enumerate(evs):
-        if ev.table.lower().endswith(RESERVED_SUFFIXES):
-            raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
-        if ev.operation != "DELETE" and ev.after is None:
-            raise InvalidBatch(f"{path}[{i}].after", f"required for {ev.operation}")
+def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limits = names.DEFAULT) -> None:
+    """The rules a type cannot say: reserved table names, an after-image unless DELETE, and the
+    door rule for column names and shapes (:mod:`cdclake.names`) in both row images."""
+    i, which = 0, "after"
+    try:
+        for i, ev in enumerate(evs):
+            if ev.table.lower().endswith(RESERVED_SUFFIXES):
+                raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            if ev.operation != "DELETE" and ev.after is None:
+                raise InvalidBatch(f"{path}[{i}].after", f"required for {ev.operation}")
+            if ev.before is not None:
+                which = "before"
+                names.check_image(ev.before, limits)
+                which = "after"
+            if ev.after is not None:
+                names.check_image(ev.after, limits)
+    except names.Refused as exc:
+        raise InvalidBatch(f"{path}[{i}].{which}{exc.field}", exc.message) from None
 
 
-def decode_batch(body: bytes) -> Batch:
+def decode_batch(body: bytes, limits: names.Limits = names.DEFAULT) -> Batch:
     """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
     batch = typed_decode(_decoder, body)
-    check_events(batch.events)
+    check_events(batch.events, limits=limits)
     return batch
 
 

@@ -6,6 +6,11 @@ Airflow components are started one by one instead of ``airflow standalone``: sta
 serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
 and :meth:`LocalStack.stop` ends each one together with its descendants (task runners,
 spark-submit JVMs), so Ctrl-C leaves nothing behind.
+
+Secrets are made once per state folder, owner-only (cdclake.secretfile), and reach the processes
+through their environment, never their arguments: the Airflow logins (``admin``, and the
+receiver's own with the OP role) in ``airflow/passwords.json``, the JWT secret Airflow's
+components share, the Spark Connect server's token in ``spark/connect.token``.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from cdclake import exposure
 from cdclake.airflow_api import AirflowClient
+from cdclake.bootstrap import ADMIN_USER, AIRFLOW_USERS, RECEIVER_USER, write_airflow_passwords
+from cdclake.secretfile import create_private, read_or_create
 from cdclake.settings import PROJECT_ROOT, Settings
-from cdclake.spark import connect_server_command
-
-ADMIN_USER = "admin"
+from cdclake.spark import connect_server_command, connect_server_env, connect_token
 
 
 def bin_path(name: str) -> str:
@@ -82,24 +88,33 @@ class LocalStack:
         print(f"[cdclake] {msg}", file=self._log, flush=True)
 
     @property
-    def password(self) -> str:
-        """The admin password, generated once per state folder and kept in Airflow's file."""
-        path = self.airflow_home / "passwords.json"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({ADMIN_USER: secrets.token_urlsafe(12)}))
-            path.chmod(0o600)
-        pw: str = json.loads(path.read_text())[ADMIN_USER]
+    def passwords_file(self) -> Path:
+        """Where the Airflow logins are kept (the simple auth manager's passwords file)."""
+        return self.airflow_home / "passwords.json"
+
+    def _passwords(self) -> dict[str, str]:
+        """Each Airflow login's password, generated once per state folder."""
+        path = self.passwords_file
+        create_private(path, lambda: json.dumps({u: secrets.token_urlsafe(16) for u in (ADMIN_USER, RECEIVER_USER)}))
+        pw: dict[str, str] = json.loads(path.read_text())
+        if RECEIVER_USER not in pw:  # a state folder from before the receiver had its own login
+            pw[RECEIVER_USER] = secrets.token_urlsafe(16)
+            write_airflow_passwords(path, pw)
         return pw
+
+    @property
+    def password(self) -> str:
+        """The admin password (the UI's login; see :attr:`passwords_file`)."""
+        return self._passwords()[ADMIN_USER]
+
+    @property
+    def receiver_login(self) -> tuple[str, str]:
+        """The receiver's Airflow login: role OP, enough to post Asset events and trigger runs."""
+        return RECEIVER_USER, self._passwords()[RECEIVER_USER]
 
     def _jwt_secret(self) -> str:
         # Scheduler and api-server must share it, or task runners cannot call the execution API.
-        path = self.airflow_home / "jwt_secret"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(48))
-            path.chmod(0o600)
-        return path.read_text().strip()
+        return read_or_create(self.airflow_home / "jwt_secret", lambda: secrets.token_urlsafe(48))
 
     def env(self) -> dict[str, str]:
         """The environment of every process the stack starts (computed once)."""
@@ -110,7 +125,7 @@ class LocalStack:
     def _make_env(self) -> dict[str, str]:
         s = self.settings
         home = self.airflow_home
-        _ = self.password  # make sure the passwords file exists before Airflow reads it
+        self._passwords()  # the passwords file exists before Airflow reads it
         env = {
             **os.environ,
             **s.as_env(),
@@ -126,8 +141,8 @@ class LocalStack:
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(self.dags_paused),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.airflow_url}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": AIRFLOW_USERS,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": s.airflow_db_url,
             "AIRFLOW__API__HOST": s.airflow_host,
             "AIRFLOW__API__PORT": str(s.airflow_port),
@@ -138,20 +153,18 @@ class LocalStack:
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
-            **self._connect_conn(),
+            # The Connect server's clients (tasks, `cdclake sql`) send it; the server alone gets
+            # it as SPARK_CONNECT_AUTHENTICATE_TOKEN (connect_server_env).
+            "CDCLAKE_SPARK_CONNECT_TOKEN": connect_token(s, create=self.connect_address is not None),
             "PYTHONUNBUFFERED": "1",
-            # The receiver posts Asset events and flushes through Airflow's REST API.
-            "CDCLAKE_AIRFLOW_USER": ADMIN_USER,
-            "CDCLAKE_AIRFLOW_PASSWORD": self.password,
+            # Only the receiver logs in to Airflow's REST API (_receiver_env).
+            "CDCLAKE_AIRFLOW_PASSWORD": "",
         }
         return env
 
-    def _connect_conn(self) -> dict[str, str]:
-        url = urlsplit(self.settings.spark_connect_url)
-        if not url.hostname:
-            return {}
-        conn = {"conn_type": "spark_connect", "host": url.hostname, "port": url.port or 15002}
-        return {"AIRFLOW_CONN_SPARK_CONNECT": json.dumps(conn)}
+    def _receiver_env(self) -> dict[str, str]:
+        user, password = self.receiver_login
+        return {"CDCLAKE_AIRFLOW_USER": user, "CDCLAKE_AIRFLOW_PASSWORD": password}
 
     @property
     def connect_address(self) -> tuple[str, int] | None:
@@ -190,6 +203,10 @@ class LocalStack:
         for var, host, port in checks:
             if not port_free(host, port):
                 raise RuntimeError(f"{host}:{port} is in use; stop what holds it or set {var}")
+        # What the receiver and the REST catalog would refuse at start, said before anything starts.
+        for problem in (exposure.receiver_refusal(s), exposure.rest_refusal(s)):
+            if problem:
+                raise RuntimeError(problem)
 
     def start(self) -> LocalStack:
         s = self.settings
@@ -203,20 +220,23 @@ class LocalStack:
             # Its JVM starts while Airflow migrates: the two together take as long as the slower.
             host, port = self.connect_address
             self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
-            self._spawn("spark-connect", connect_server_command(s, host, port))
+            self.env()  # makes the state folder's secrets, the server's token among them
+            self._spawn("spark-connect", connect_server_command(s, host, port), connect_server_env(s))
         from cdclake import bootstrap
 
-        # Buckets, catalog tables and Airflow's schema: what `cdclake init` does, idempotently.
+        # Buckets, catalog tables, producer tokens and Airflow's schema: what `cdclake init` does.
         bootstrap.ensure_buckets(s, self.say)
         bootstrap.ensure_catalog(s, self.say)
+        bootstrap.ensure_producer_tokens(s, self.say)
         bootstrap.migrate_airflow(s, self.say, env=self.env())
         self.say(
             f"starting receiver on {s.receiver_url}, REST catalog on {self.rest_url} and Airflow on {s.airflow_url} "
             f"(logs: {self.logs})"
         )
-        self._spawn("receiver", [sys.executable, "-m", "receiver"])
+        self._spawn("receiver", [sys.executable, "-m", "receiver"], self._receiver_env())
         for i, port in enumerate(self.receiver_ports, start=2):
-            self._spawn(f"receiver-{i}", [sys.executable, "-m", "receiver"], {"CDCLAKE_RECEIVER_PORT": str(port)})
+            env = {**self._receiver_env(), "CDCLAKE_RECEIVER_PORT": str(port)}
+            self._spawn(f"receiver-{i}", [sys.executable, "-m", "receiver"], env)
         self._spawn("rest-catalog", [sys.executable, "-m", "restcatalog"])
         self._spawn(
             "airflow-api-server",

@@ -200,7 +200,13 @@ def table_lock(
 
     def keep() -> None:
         while not stop.wait(ttl_s / 3):
-            renew(settings, table, owner, ttl_s)
+            try:
+                if not renew(settings, table, owner, ttl_s) and say:
+                    say(f"{table}: lost the table lock {owner}: it expired before a renewal got through")
+            except Exception as exc:
+                # A busy catalog database must not end the renewals: the TTL leaves two more tries.
+                if say:
+                    say(f"{table}: could not renew the table lock: {type(exc).__name__}: {exc}")
 
     t = threading.Thread(target=keep, daemon=True, name=f"cdclake-lock-{table}")
     t.start()

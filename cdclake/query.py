@@ -529,9 +529,9 @@ def _open_spark(settings: Settings, say: Callable[[str], None]) -> tuple[Any, st
     if connect_answers(url):
         remote: Any = None
         try:
-            from cdclake.spark import connect_session
+            from cdclake.spark import connect_session, connect_token
 
-            remote = connect_session(url)
+            remote = connect_session(url, connect_token(settings))
             remote.version  # noqa: B018 - one round trip: is it a Spark Connect server?
             return remote, "connect"
         except Exception as exc:

@@ -17,6 +17,7 @@ session or resource is not, which is why the client is built once, from a privat
 from __future__ import annotations
 
 import builtins
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -65,6 +66,9 @@ def _code(exc: ClientError) -> str:
 
 class S3Staging:
     """Staging objects and receipts under ``s3://<bucket>/<prefix>/``."""
+
+    # LastModified has whole seconds (HTTP dates): the write happened within a second of it.
+    MTIME_SLACK_MS = 1000
 
     def __init__(
         self,
@@ -177,6 +181,36 @@ class S3Staging:
         names = (key[len(base) :] for key in self._keys(base, direct=True))
         # An empty name is a folder marker some tools create for ``prefix`` itself.
         return sorted(n for n in names if n)
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        base = self._key(prefix)
+        return sorted(f[len(base) :].rstrip("/") for f in self._folders(base))
+
+    def remove_folder(self, prefix: str) -> None:
+        # Some stores (SeaweedFS) keep a folder once made, listed until its own key is deleted;
+        # on AWS this deletes nothing.
+        if not any(True for _ in self._keys(self._key(prefix), direct=False)):
+            self._s3.delete_object(Bucket=self.bucket, Key=self._key(prefix))
+
+    def modified_ms(self, path: str) -> int | None:
+        try:
+            head = self._s3.head_object(Bucket=self.bucket, Key=self._key(path))
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
+                return None
+            raise
+        return int(head["LastModified"].timestamp() * 1000)
+
+    def clock_probe(self) -> int:
+        path = f"{staging.CLOCK_FOLDER}/{uuid.uuid4().hex}"
+        self._s3.put_object(Bucket=self.bucket, Key=self._key(path), Body=b"0")
+        try:
+            stamp = self.modified_ms(path)
+        finally:
+            self.delete(path)
+        if stamp is None:
+            raise OSError(f"the clock probe {self.uri_of(path)} vanished before its time was read")
+        return stamp
 
     def check(self) -> None:
         self._s3.head_bucket(Bucket=self.bucket)

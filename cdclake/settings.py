@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdclake.names import MAX_DEPTH_CEILING
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+MAX_MAP_LENGTH = 1024
+"""Airflow's default ``[core] max_map_length``: a task mapped over more items fails."""
 
 
 class SettingsError(ValueError):
@@ -67,15 +71,52 @@ class Settings:
     """Lifetime of the access tokens ``POST /v1/oauth/tokens`` issues."""
     rest_max_body_bytes: int = 8 * 1024 * 1024
     max_event_bytes: int = 1024 * 1024
+    max_name_chars: int = 128
+    """Longest column or field name a producer may send (cdclake.names, the door rule)."""
+    max_depth: int = 32
+    """Deepest nesting of objects and arrays in a row image (the image itself is depth 1)."""
+    max_columns: int = 1000
+    """Leaf fields per row image at the door; the apply never grows a table's user columns
+    past it either (events that would are quarantined)."""
     rate_limit_burst: int = 50
     """Token bucket per producer: capacity (batches), as the seed's burstCapacity."""
     rate_limit_per_s: float = 10.0
     """Token bucket per producer: refill per second, as the seed's refillRate. 0 disables."""
     max_connections_per_source: int = 5
+    header_timeout_s: float = 20.0
+    """A request head must be whole this long after the connection opens or the last response
+    ends (both servers); also how long a body answered early is read and dropped."""
+    body_timeout_s: float = 20.0
+    """A request body must be whole this long after its head, plus one second per
+    ``body_min_bytes_per_s`` bytes received: a slow link that keeps moving survives."""
+    body_min_bytes_per_s: int = 500
+    ws_connect_timeout_s: float = 10.0
+    """A WebSocket must send ``connect`` this long after it opens."""
+    max_connections: int = 512
+    """Open connections per server process; past it the one idle longest is closed, or the new
+    one refused with 503 when none is idle."""
     backlog_soft: int = 2_000
     """Unapplied staging objects past which acks carry suggestedDelayMs."""
     backlog_hard: int = 10_000
     """Unapplied staging objects past which batches get 503 / buffer_full."""
+    backlog_per_source: int = 0
+    """Unapplied staging objects of ONE producer past which its batches get 503 / buffer_full, so
+    one producer cannot fill the backlog for all; 0: a quarter of backlog_hard."""
+    max_tables_per_batch: int = 100
+    """Distinct tables one batch may name."""
+    max_new_tables_per_source: int = 100
+    """Tables one producer may create per hour (token bucket: this many at once, refilled over
+    the hour); 0: no limit."""
+    max_tables: int = 1_000
+    """CDC tables the lake may hold (staging folders and Iceberg tables); 0: no limit."""
+    max_sources: int = 1_000
+    """Producers the receiver keeps state for at once; one idle for an hour is forgotten. Without
+    tokens (self-declared source ids) a new source past this is refused with 429."""
+    receipt_retention_s: int = 7 * 24 * 3600
+    """How long after its newest batch landed a producer's receipts are kept (once their objects
+    are gone): a resend within it is a duplicate, its numbering is checked."""
+    max_mapped_tasks: int = 32
+    """Mapped tasks per DAG run (Airflow refuses more than 1,024): tables are grouped."""
     notify_debounce_ms: int = 1_000
     """At most one Airflow Asset event per this interval (0 disables notification)."""
     airflow_user: str = "admin"
@@ -84,6 +125,10 @@ class Settings:
     spark_connect_url: str = ""
     """``sc://host:port`` of the long-lived Spark Connect server the DAGs run their jobs on (the
     embedded stack starts it when the host is local); empty: one ``spark-submit`` per task."""
+    spark_connect_token: str = field(default="", repr=False)
+    """Bearer token the Spark Connect server requires and its clients send; empty: the embedded
+    stack makes one in the state folder (cdclake.spark.connect_token), and a server elsewhere
+    must be given one to listen beyond loopback."""
     airflow_db_url: str = ""
     """SQLAlchemy URL of Airflow's metadata database for the stack cdclake starts (``cdclake up``,
     ``cdclake init``): SQLite in the state folder by default, ``postgresql+psycopg2://...`` to scale."""
@@ -104,6 +149,12 @@ class Settings:
     """On a ``spark://`` cluster: false puts CDCLAKE_JARS_DIR on the driver and executor class path
     by path (the project image, or one machine: nothing copied); true ships the jars with every
     application (``--jars``, ~130 MB per executor) for workers that lack them."""
+
+    @property
+    def source_backlog_limit(self) -> int:
+        """CDCLAKE_BACKLOG_PER_SOURCE, or a quarter of the hard limit; never above it."""
+        quota = self.backlog_per_source or max(1, self.backlog_hard // 4)
+        return min(quota, self.backlog_hard)
 
     @property
     def airflow_url(self) -> str:
@@ -240,16 +291,32 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         rest_token_ttl_s=_int(e, "CDCLAKE_REST_TOKEN_TTL_S", 3600, 60),
         rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
+        max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),
+        max_depth=_int(e, "CDCLAKE_MAX_DEPTH", 32, 1),
+        max_columns=_int(e, "CDCLAKE_MAX_COLUMNS", 1000, 1),
         rate_limit_burst=_int(e, "CDCLAKE_RATE_LIMIT_BURST", 50, 1),
         rate_limit_per_s=_float(e, "CDCLAKE_RATE_LIMIT_PER_S", 10.0),
         max_connections_per_source=_int(e, "CDCLAKE_MAX_CONNECTIONS_PER_SOURCE", 5, 1),
+        header_timeout_s=_float(e, "CDCLAKE_HEADER_TIMEOUT_S", 20.0, 0.1),
+        body_timeout_s=_float(e, "CDCLAKE_BODY_TIMEOUT_S", 20.0, 0.1),
+        body_min_bytes_per_s=_int(e, "CDCLAKE_BODY_MIN_BYTES_PER_S", 500, 1),
+        ws_connect_timeout_s=_float(e, "CDCLAKE_WS_CONNECT_TIMEOUT_S", 10.0, 0.1),
+        max_connections=_int(e, "CDCLAKE_MAX_CONNECTIONS", 512, 2),
         backlog_soft=_int(e, "CDCLAKE_BACKLOG_SOFT", 2_000, 1),
         backlog_hard=_int(e, "CDCLAKE_BACKLOG_HARD", 10_000, 1),
+        backlog_per_source=_int(e, "CDCLAKE_BACKLOG_PER_SOURCE", 0),
+        max_tables_per_batch=_int(e, "CDCLAKE_MAX_TABLES_PER_BATCH", 100, 1),
+        max_new_tables_per_source=_int(e, "CDCLAKE_MAX_NEW_TABLES_PER_SOURCE", 100),
+        max_tables=_int(e, "CDCLAKE_MAX_TABLES", 1_000),
+        max_sources=_int(e, "CDCLAKE_MAX_SOURCES", 1_000, 1),
+        receipt_retention_s=_int(e, "CDCLAKE_RECEIPT_RETENTION_S", 7 * 24 * 3600, 0),
+        max_mapped_tasks=_int(e, "CDCLAKE_MAX_MAPPED_TASKS", 32, 1),
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
         airflow_user=s("AIRFLOW_USER", "admin"),
         airflow_password=s("AIRFLOW_PASSWORD", ""),
         # Set but empty means spark-submit per task, so `s()` (empty -> default) is not used here.
         spark_connect_url=e.get("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002"),
+        spark_connect_token=s("SPARK_CONNECT_TOKEN", ""),
         airflow_db_url=s("AIRFLOW_DB_URL", f"sqlite:///{home / 'airflow' / 'airflow.db'}"),
         spark_driver_host=s("SPARK_DRIVER_HOST", "127.0.0.1"),
         spark_event_log_dir=s("SPARK_EVENT_LOG_DIR", ""),
@@ -278,6 +345,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     adb = str(values["airflow_db_url"])
     if not adb.startswith(("sqlite:///", "postgresql")):
         raise SettingsError(f"CDCLAKE_AIRFLOW_DB_URL must be sqlite:///path or postgresql+psycopg2://..., got {adb!r}")
+    if values["max_depth"] > MAX_DEPTH_CEILING:
+        raise SettingsError(f"CDCLAKE_MAX_DEPTH must be <= {MAX_DEPTH_CEILING}, got {values['max_depth']}")
     if values["backlog_hard"] < values["backlog_soft"]:
         raise SettingsError("CDCLAKE_BACKLOG_HARD must be >= CDCLAKE_BACKLOG_SOFT")
+    if values["max_mapped_tasks"] > MAX_MAP_LENGTH:
+        raise SettingsError(f"CDCLAKE_MAX_MAPPED_TASKS must be <= {MAX_MAP_LENGTH} (Airflow's max_map_length)")
     return Settings(**values)

@@ -1,19 +1,32 @@
 """Spark configuration for the shared Iceberg catalog, in one place.
 
-The same key/value pairs feed ``spark-submit --conf`` (the DAGs), an in-process SparkSession
-(tests, ``cdclake sql``) and the README's plain ``spark-sql`` example. pyspark is imported only
-inside :func:`session`.
+The same key/value pairs feed ``spark-submit`` (the DAGs, the Spark Connect server), an
+in-process SparkSession (tests, ``cdclake sql``) and the README's plain ``spark-sql`` example.
+Credentials among them (the catalog database's login, S3 keys) never go on a command line, where
+``ps`` shows them to every user of the machine: :func:`split_credentials` takes them out and
+:func:`credentials_file` hands them to spark-submit as a ``--properties-file`` only the owner can
+read. pyspark is imported only inside the functions that start or open a session.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shlex
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cdclake.secretfile import read_or_create, write_private
 from cdclake.settings import Settings, SettingsError, jdbc_credentials
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Property names (their endings) that carry a login or key.
+_CREDENTIALS = (".jdbc.user", ".jdbc.password", ".s3.access-key-id", ".s3.secret-access-key", "fs.s3a.access.key",
+                "fs.s3a.secret.key")
 
 REQUIRED_JARS = ("iceberg-spark-runtime-", "iceberg-aws-bundle-", "sqlite-jdbc-", "hadoop-aws-")
 
@@ -146,23 +159,75 @@ def job_conf(settings: Settings) -> dict[str, str]:
     }
 
 
+def split_credentials(conf: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(everything else, credentials)`` of a Spark configuration."""
+    public = {k: v for k, v in conf.items() if not k.endswith(_CREDENTIALS)}
+    return public, {k: v for k, v in conf.items() if k.endswith(_CREDENTIALS)}
+
+
+def _escape(text: str) -> str:
+    # java.util.Properties: a backslash makes the next character literal; \n etc. are control
+    # characters. Every separator and comment character is escaped, wherever it is.
+    out = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    for c in "=:#! ":
+        out = out.replace(c, "\\" + c)
+    return out
+
+
+def credentials_file(settings: Settings, credentials: Mapping[str, str]) -> Path | None:
+    """A Java properties file (0600, in the state folder) holding ``credentials``, for
+    ``spark-submit --properties-file``; None when there are none. Named by its content, so
+    concurrent writers of the same credentials write the same file."""
+    if not credentials:
+        return None
+    text = "".join(f"{_escape(k)}={_escape(v)}\n" for k, v in sorted(credentials.items()))
+    path = settings.home / "spark" / f"credentials-{hashlib.sha256(text.encode()).hexdigest()[:16]}.properties"
+    if not path.exists():
+        write_private(path, text)
+    return path
+
+
+@contextmanager
+def _submit_args(properties: Path | None) -> Iterator[None]:
+    """pyspark starts its JVM with ``spark-submit <PYSPARK_SUBMIT_ARGS>``: add the properties file."""
+    if properties is None:
+        yield
+        return
+    old = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--properties-file {shlex.quote(str(properties))} {old or 'pyspark-shell'}"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = old
+
+
 def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
     """A SparkSession on ``settings.spark_master`` with the catalog configured."""
-    import os
-
     from pyspark.sql import SparkSession
 
     # Spark otherwise picks the host's external address for the driver and warns about it.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    public, credentials = split_credentials({**jar_conf(settings), **job_conf(settings)})
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
-    for key, value in {**jar_conf(settings), **job_conf(settings)}.items():
+    for key, value in public.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with _submit_args(credentials_file(settings, credentials)):
+        spark = builder.getOrCreate()
+    # A JVM this process had already started did not read the file: the catalog's logins are
+    # session settings (read when the catalog is first used), set here without a command line.
+    for key, value in credentials.items():
+        if key.startswith("spark.sql.catalog."):
+            spark.conf.set(key, value)
+    return spark
 
 
 def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: int = 15002) -> list[str]:
     """``spark-submit`` of the Spark Connect server: one long-lived driver JVM with the catalog
-    and jars, so a job pays a session (milliseconds) instead of a JVM start (~10 s here)."""
+    and jars, so a job pays a session (milliseconds) instead of a JVM start (~10 s here). Start
+    it with :func:`connect_server_env` added to its environment (the token)."""
     import shutil
     import sys
 
@@ -177,17 +242,73 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
         # gRPC would otherwise listen on an IPv6 socket (::ffff:127.0.0.1).
         "spark.driver.extraJavaOptions": "-Djava.net.preferIPv4Stack=true",
     }
+    public, credentials = split_credentials({**jar_conf(settings), **conf})
     cmd = [spark_submit, "--master", settings.spark_master, "--name", "cdclake-spark-connect"]
-    for key, value in {**jar_conf(settings), **conf}.items():
+    properties = credentials_file(settings, credentials)
+    if properties is not None:
+        cmd += ["--properties-file", str(properties)]
+    for key, value in public.items():
         cmd += ["--conf", f"{key}={value}"]
     return [*cmd, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer", "spark-internal"]
 
 
-def connect_session(url: str) -> SparkSession:
-    """A new Spark Connect session on the server at ``url`` (its own temp views and conf)."""
-    from pyspark.sql import SparkSession
+CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+"""The server's token (``spark.connect.authenticate.token`` falls back to it): in the environment,
+never in the server's arguments. Only the server may have it: pyspark clients that see it insist
+on TLS, which the server does not speak."""
 
-    spark: SparkSession = SparkSession.builder.remote(url).create()
+
+def connect_token_path(settings: Settings) -> Path:
+    return settings.home / "spark" / "connect.token"
+
+
+def connect_token(settings: Settings, create: bool = False) -> str:
+    """CDCLAKE_SPARK_CONNECT_TOKEN, else the token the embedded stack keeps in the state folder
+    (made with ``create``), else empty (the server then accepts anyone who reaches it)."""
+    if settings.spark_connect_token:
+        return settings.spark_connect_token
+    path = connect_token_path(settings)
+    if create:
+        return read_or_create(path, lambda: _new_token())
+    return path.read_text().strip() if path.exists() else ""
+
+
+def _new_token() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def connect_server_env(settings: Settings) -> dict[str, str]:
+    token = connect_token(settings)
+    return {CONNECT_TOKEN_ENV: token} if token else {}
+
+
+def connect_session(url: str, token: str = "") -> SparkSession:
+    """A new Spark Connect session on the server at ``url`` (its own temp views and conf),
+    sending ``token`` as ``Authorization: Bearer`` with every call."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    header = ("authorization", f"Bearer {token}")
+
+    class BearerChannel(DefaultChannelBuilder):
+        # pyspark sends a token (``sc://...;token=``) only over TLS, or local credentials to a
+        # host literally named "localhost"; the server has no TLS. Over plaintext gRPC (loopback,
+        # or the compose network) the token is this header, which the server's
+        # PreSharedKeyAuthenticationInterceptor checks.
+        def metadata(self) -> list[tuple[str, str]]:
+            return [*super().metadata(), header]
+
+        @property
+        def token(self) -> str | None:
+            return None  # never the SPARK_CONNECT_AUTHENTICATE_TOKEN of this environment
+
+    builder = BearerChannel(url) if token else DefaultChannelBuilder(url)
+    # What SparkSession.builder.remote(url) does first: pyspark.sql.functions (F.col, ...) build
+    # Connect columns only in a process marked as a Spark Connect client.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    spark: SparkSession = ConnectSession.builder.channelBuilder(builder).create()  # type: ignore[assignment]
     return spark
 
 

@@ -8,14 +8,17 @@ Its key, relative to the staging root, is::
 so the lexicographic order of keys within a table is the order in which the receiver named them
 (UTC time first). That order is NOT a commit order: a slow writer can make an object visible after
 a later-named one was consumed. :mod:`cdclake.watermark` deals with that; nothing else should
-assume listings are complete up to "now".
+assume listings are complete up to "now". ``landed_ms`` is the staging store's time, never a
+host's (:mod:`cdclake.storeclock`): the apply compares it with its listing time in that clock.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -97,6 +100,8 @@ def horizon(ms: int) -> str:
 # died before writing all objects is taken over under the next generation number.
 # The folder starts with a dot, so it is never mistaken for a table (table names cannot).
 RECEIPTS = ".receipts"
+CLOCK_FOLDER = ".clock"
+"""Probe objects of :mod:`cdclake.storeclock`, each removed right after its time is read."""
 _RECEIPT = re.compile(r"^(?P<seq>\d{20})\.(?P<gen>\d{3})\.json$")
 
 
@@ -143,8 +148,29 @@ class Store(Protocol):
         """Names (not paths) of the objects directly under folder ``prefix`` (ends with ``/``), sorted."""
         ...
 
+    def folders(self, prefix: str) -> builtins.list[str]:
+        """Names of the folders directly under folder ``prefix`` (ends with ``/``), sorted."""
+        ...
+
+    def remove_folder(self, prefix: str) -> None:
+        """Remove folder ``prefix`` (ends with ``/``) if it is empty (clean-up of a forgotten
+        producer's receipts)."""
+        ...
+
     def check(self) -> None:
         """Raise if the store cannot be reached (readiness)."""
+        ...
+
+    MTIME_SLACK_MS: int
+    """How far a modification time may be from the instant of the write (resolution, coarse clocks)."""
+
+    def modified_ms(self, path: str) -> int | None:
+        """When ``path`` was written, in the store's clock; None if it does not exist."""
+        ...
+
+    def clock_probe(self) -> int:
+        """Write a probe object under :data:`CLOCK_FOLDER` and return its modification time in
+        the store's clock (ms); the probe is removed. See :mod:`cdclake.storeclock`."""
         ...
 
 
@@ -159,6 +185,9 @@ def open_store(settings: Settings) -> Store:
 
 class LocalStaging:
     """Staging objects in a local folder. Writes are durable before :meth:`put` returns."""
+
+    # The kernel stamps mtimes from a coarse clock (one tick, 1-10 ms, behind the real one).
+    MTIME_SLACK_MS = 50
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -209,11 +238,40 @@ class LocalStaging:
     def delete(self, path: str) -> None:
         (self.root / path).unlink(missing_ok=True)
 
+    def remove_folder(self, prefix: str) -> None:
+        # Only an empty one. A landing racing this between its mkdir and its write fails
+        # retryably, before any ack.
+        with contextlib.suppress(OSError):
+            (self.root / prefix).rmdir()
+
     def list_names(self, prefix: str) -> list[str]:
         try:
             return sorted(n for n in os.listdir(self.root / prefix) if not n.startswith(".tmp-"))
         except FileNotFoundError:
             return []
+
+    def folders(self, prefix: str) -> list[str]:
+        base = self.root / prefix
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    def modified_ms(self, path: str) -> int | None:
+        try:
+            return os.stat(self.root / path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return None
+
+    def clock_probe(self) -> int:
+        folder = self.root / CLOCK_FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=folder)
+        try:
+            os.write(fd, b"0")  # stamps the mtime now (no fsync: the probe's time is all it is for)
+            return os.fstat(fd).st_mtime_ns // 1_000_000
+        finally:
+            os.close(fd)
+            os.unlink(name)
 
     def check(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""cdc_apply: apply pending staging objects to their Iceberg tables, one Spark job per table."""
+"""cdc_apply: apply pending staging objects to their Iceberg tables, one Spark job per table (grouped)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,14 @@ DOC = """
 Runs when the receiver lands data (it updates the `cdclake://staging` Asset through the REST
 API) and every 5 minutes as a fallback. Finds the tables whose staging folder holds objects the
 table has not consumed yet (the consumed-staging watermark lives in the Iceberg snapshot
-summary, read here with pyiceberg), then runs `spark_jobs/apply.py` once per table (dynamic
-task mapping) in a session on the long-lived **Spark Connect** server (connection
-`spark_connect`), or through `spark-submit` (connection `spark_default`) when
-`CDCLAKE_SPARK_CONNECT_URL` is empty.
+summary, read here with pyiceberg), then runs `spark_jobs/apply.py` for each of them (dynamic
+task mapping) in a session on the long-lived **Spark Connect** server
+(`CDCLAKE_SPARK_CONNECT_URL`, with its token `CDCLAKE_SPARK_CONNECT_TOKEN`), or through
+`spark-submit` (connection `spark_default`) when
+`CDCLAKE_SPARK_CONNECT_URL` is empty. With more tables than `CDCLAKE_MAX_MAPPED_TASKS`
+(default 32; Airflow refuses more than 1,024 mapped tasks) each task applies a group of tables
+in turn (`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a
+table that fails does not stop the rest of its group.
 
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
@@ -37,7 +41,7 @@ Next to each table the job keeps `<table>__changes` (every event with its outcom
 `<table>__tombstones` (deleted keys, so late events cannot resurrect them).
 
 **Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
-The task log of each mapped `apply` task ends with a `CDCLAKE_RESULT {...}` line: objects
+The task log of each mapped `apply` task has a `CDCLAKE_RESULT {...}` line per table: objects
 consumed, events received = applied + duplicate + superseded + late + quarantined, and the
 wall seconds of each phase.
 """
@@ -69,25 +73,23 @@ wall seconds of each phase.
 def cdc_apply() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One Spark job per table with pending staging objects."""
+        """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each applying its group of tables in turn."""
         from cdclake.catalog import pending_tables
+        from cdclake.dag_support import table_groups
         from cdclake.settings import load
-        from cdclake.submit import job_kwargs
+        from cdclake.submit import group_kwargs
 
         params = params or {}
         settings = load()
         pending = pending_tables(settings, only=list(params.get("tables") or []))
-        log.info("pending staging objects per table: %s", pending or "none")
-        max_objects = int(params.get("max_objects") or settings.max_objects_per_run)
-        return [
-            job_kwargs(
-                settings,
-                "spark_jobs.apply",
-                ["--table", table, "--max-objects", str(max_objects)],
-                f"cdc_apply-{table}",
-            )
-            for table in sorted(pending)
-        ]
+        log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
+        max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
+        jobs = []
+        for group in table_groups(pending, settings.max_mapped_tasks):
+            log.info("apply group %d: %s", len(jobs), {t: pending[t] for t in group})
+            runs = [["--table", t, "--max-objects", max_objects] for t in group]
+            jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, f"cdc_apply-{group[0]}"))
+        return jobs
 
     # spark-submit: two tables at a time (each is a JVM; on 2 cores a third only adds
     # contention). Spark Connect: one JVM whatever the count, and a small apply is mostly waiting

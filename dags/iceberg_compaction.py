@@ -35,6 +35,9 @@ job takes too, so compaction never commits blindly against a concurrent apply
 **Params:** `tables` (empty = every candidate), `target_file_size_bytes` (default 128 MiB, the
 seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial_progress`,
 `where` (a Spark SQL filter on the table's columns, e.g. `order_id < 1000`).
+
+Tables are grouped into at most `CDCLAKE_MAX_MAPPED_TASKS` mapped tasks, each compacting its
+group in turn (`spark_jobs/group.py`).
 """
 
 
@@ -69,10 +72,11 @@ seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial
 def iceberg_compaction() -> None:
     @task
     def candidates(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One Spark job for each table that needs compaction (chosen with pyiceberg, no JVM here)."""
+        """Spark jobs for the tables that need compaction (chosen with pyiceberg, no JVM here), grouped."""
+        from cdclake.dag_support import table_groups
         from cdclake.health import compaction_candidates
         from cdclake.settings import load
-        from cdclake.submit import job_kwargs
+        from cdclake.submit import group_kwargs
 
         p = params or {}
         settings = load()
@@ -88,9 +92,13 @@ def iceberg_compaction() -> None:
             args_common.append("--no-partial-progress")
         if p.get("where"):
             args_common += ["--where", str(p["where"])]
+        # Most small and delete files first; at most CDCLAKE_MAX_MAPPED_TASKS tasks.
+        weights = {t: int(h.get("small_files", 0)) + int(h.get("delete_files", 0)) for t, h in found.items()}
         return [
-            job_kwargs(settings, "spark_jobs.maintain", ["compact", "--table", t, *args_common], f"compact-{t}")
-            for t in sorted(found)
+            group_kwargs(
+                settings, "spark_jobs.maintain", [["compact", "--table", t, *args_common] for t in g], f"compact-{g[0]}"
+            )
+            for g in table_groups(weights, settings.max_mapped_tasks)
         ]
 
     spark_job_operator("compact", max_active=1).expand_kwargs(candidates())

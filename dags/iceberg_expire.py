@@ -28,7 +28,10 @@ re-run of the same interval does the same thing:
 2. `clean_staging`: deletes staging objects every table has consumed (per its watermark) and that
    landed more than `staging_retention_hours` before the interval end, and receipts of batches
    whose objects are all gone — keeping each producer's newest receipt, so its batch numbering
-   survives.
+   survives, for `CDCLAKE_RECEIPT_RETENTION_S` after it landed (then the producer is forgotten).
+
+Tables are grouped into at most `CDCLAKE_MAX_MAPPED_TASKS` mapped tasks, each running its group
+in turn (`spark_jobs/group.py`).
 
 **Params:** `tables`, `retain_last`, `snapshot_max_age_hours`, `orphan_min_age_hours`,
 `staging_retention_hours`, `dry_run`.
@@ -80,39 +83,34 @@ def _interval_end() -> datetime:
 def iceberg_expire() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each maintaining its group of tables in turn."""
+        from cdclake.dag_support import table_groups
         from cdclake.health import all_tables
         from cdclake.settings import load
-        from cdclake.submit import job_kwargs
+        from cdclake.submit import group_kwargs
 
         p = params or {}
         settings = load()
         end = _interval_end()
         older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", 120)))
         orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
-        names = all_tables(settings)
+        tombstones = end - timedelta(seconds=settings.tombstone_retention_s)
         only = {t.lower() for t in p.get("tables") or []}
-        out = []
-        for t in names:
-            if only and t not in only:
-                continue
-            args = [
-                "expire",
-                "--table",
-                t,
-                "--older-than",
-                older.isoformat(),
-                "--retain-last",
-                str(int(p.get("retain_last", 5))),
-                "--orphans-older-than",
-                orphans.isoformat(),
-            ]
+        names = [t for t in all_tables(settings) if not only or t in only]
+
+        def args(t: str) -> list[str]:
+            out = ["expire", "--table", t, "--older-than", older.isoformat()]
+            out += ["--retain-last", str(int(p.get("retain_last", 5))), "--orphans-older-than", orphans.isoformat()]
             if p.get("dry_run"):
-                args.append("--dry-run")
+                out.append("--dry-run")
             if "__" not in t:  # a CDC table: its deleted keys are forgotten after their retention
-                tombstones = end - timedelta(seconds=settings.tombstone_retention_s)
-                args += ["--tombstones-older-than", tombstones.isoformat()]
-            out.append(job_kwargs(settings, "spark_jobs.maintain", args, f"expire-{t}"))
-        return out
+                out += ["--tombstones-older-than", tombstones.isoformat()]
+            return out
+
+        return [
+            group_kwargs(settings, "spark_jobs.maintain", [args(t) for t in group], f"expire-{group[0]}")
+            for group in table_groups(dict.fromkeys(names, 1), settings.max_mapped_tasks)
+        ]
 
     @task
     def clean_staging(params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -122,7 +120,7 @@ def iceberg_expire() -> None:
         p = params or {}
         end = _interval_end()
         cutoff_ms = int((end - timedelta(hours=int(p.get("staging_retention_hours", 24)))).timestamp() * 1000)
-        result = clean(load(), cutoff_ms, dry_run=bool(p.get("dry_run")))
+        result = clean(load(), cutoff_ms, dry_run=bool(p.get("dry_run")), now_ms=int(end.timestamp() * 1000))
         log.info("staging clean-up: %s", result)
         return result
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import uvicorn
 
+from cdclake.exposure import receiver_refusal
 from cdclake.settings import load
 from receiver.app import create_app
-from receiver.logs import log_config
+from receiver.connections import server_config
 
 
 class Server(uvicorn.Server):
@@ -22,19 +24,19 @@ class Server(uvicorn.Server):
 
 def main() -> None:
     settings = load()
+    if problem := receiver_refusal(settings):
+        sys.exit(problem)
     app = create_app(settings)
     # A decoded 10,000-event batch is ~200k objects: at the default thresholds the collector
     # rescans every live batch many times per request (measured: 38% of the time at that size,
     # `make bench-receiver`). Batches hold no cycles, so collect far less often.
     gc.set_threshold(100_000, 50, 100)
     gc.freeze()
-    config = uvicorn.Config(
+    config = server_config(
         app,
-        host=settings.receiver_host,
-        port=settings.receiver_port,
-        log_config=log_config(),
-        # In-flight landings finish on SIGTERM before the process exits.
-        timeout_graceful_shutdown=30,
+        settings.receiver_host,
+        settings.receiver_port,
+        settings,
         ws_max_size=settings.max_body_bytes + 64 * 1024,
         # Batches are JSON that compresses well, but deflate costs more CPU than it saves on a LAN.
         ws_per_message_deflate=False,

@@ -11,6 +11,8 @@ GET  /health /ready /status /metrics /openapi.json, POST /flush (run cdc_apply n
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,11 +20,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from cdclake import staging
+from cdclake import events, names, staging
 from cdclake.settings import Settings
 from receiver import auth, decode, landing, openapi, stream
 from receiver.backlog import Backlog
@@ -32,6 +34,8 @@ from receiver.service import Answer, Service, describe_metrics, refusal
 
 DRAIN_EVERY_S = 1.0
 BACKLOG_EVERY_S = 5.0
+SOURCE = re.compile(events.SOURCE_PATTERN)
+log = logging.getLogger("cdclake.receiver")
 
 
 def answer_response(a: Answer) -> JSONResponse:
@@ -102,6 +106,8 @@ def create_app(settings: Settings) -> Starlette:
         svc: Service = request.state.service
         return svc
 
+    limits = names.Limits.of(settings)
+
     async def ingest(request: Request, parse: Callable[[bytes, str | None], decode.Decoded]) -> Response:
         svc = service_of(request)
         who = svc.authenticate(request.headers.get("authorization"))
@@ -113,6 +119,8 @@ def create_app(settings: Settings) -> Starlette:
             )
         except decode.Rejected as exc:
             return answer_response(refusal(exc))
+        except ClientDisconnect:  # gone, or closed by a read deadline (receiver.connections)
+            return Response(status_code=408)
         encoding = request.headers.get("content-encoding")
         producer_id = who.id if who is not None else None
 
@@ -125,11 +133,13 @@ def create_app(settings: Settings) -> Starlette:
         ctype = request.headers.get("content-type", "")
         params = batch_params(request)
         return await ingest(
-            request, lambda body, pid: decode.decode_body(body, ctype, params, settings.max_event_bytes, pid)
+            request, lambda body, pid: decode.decode_body(body, ctype, params, settings.max_event_bytes, pid, limits)
         )
 
     async def post_debezium(request: Request) -> Response:
-        return await ingest(request, lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid))
+        return await ingest(
+            request, lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid, limits)
+        )
 
     async def get_source(request: Request) -> Response:
         svc = service_of(request)
@@ -137,6 +147,10 @@ def create_app(settings: Settings) -> Starlette:
         who = svc.authenticate(request.headers.get("authorization"))
         if isinstance(who, decode.Rejected):
             return answer_response(refusal(who))
+        if not SOURCE.fullmatch(source):
+            return answer_response(
+                refusal(decode.Rejected(400, "invalid_format", f"must match {events.SOURCE_PATTERN}", "source"))
+            )
         if who is not None and who.id != source:
             return answer_response(
                 refusal(decode.Rejected(403, "invalid_format", f"this token is {who.id!r}'s", "source"))
@@ -144,7 +158,12 @@ def create_app(settings: Settings) -> Starlette:
         try:
             last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
         except Exception as exc:
-            return JSONResponse({"error": "storage_unavailable", "message": str(exc)}, status_code=503)
+            # The detail (paths, hosts) is for the log, not for whoever asked.
+            log.warning("reading the sequence of %r failed: %s: %s", source, type(exc).__name__, exc)
+            return JSONResponse(
+                {"error": "storage_unavailable", "message": f"staging store unavailable ({type(exc).__name__})"},
+                status_code=503,
+            )
         return JSONResponse({"source": source, "lastAckSequence": last})
 
     async def health(request: Request) -> Response:
@@ -155,22 +174,27 @@ def create_app(settings: Settings) -> Starlette:
         if svc.shutting_down:
             return JSONResponse({"status": "shutting_down"}, status_code=503)
         try:
-            await anyio.to_thread.run_sync(svc.lander.store.check)
+            await anyio.to_thread.run_sync(svc.lander.check)  # the store, and its clock (staging names)
         except Exception as exc:
+            log.warning("staging store check failed: %s: %s", type(exc).__name__, exc)
             fallback = svc.lander.spool is not None
             return JSONResponse(
-                {"status": "degraded" if fallback else "unavailable", "storage": f"{type(exc).__name__}: {exc}"},
+                {"status": "degraded" if fallback else "unavailable", "storage": type(exc).__name__},
                 status_code=200 if fallback else 503,
             )
         return JSONResponse({"status": "ready"})
 
     async def status(request: Request) -> Response:
         svc = service_of(request)
+        # Staging location and producer ids are not for anyone who can reach the port.
+        who = svc.authenticate(request.headers.get("authorization"))
+        if isinstance(who, decode.Rejected):
+            return answer_response(refusal(who))
         notifier: Notifier = request.state.notifier
         return JSONResponse(
             {
                 "state": "shutting_down" if svc.shutting_down else ("receiving" if svc.in_flight else "idle"),
-                "staging": settings.staging_url or str(settings.staging_dir),
+                "staging": settings.staging_url or "local",
                 "backlog": {
                     "objects": svc.backlog.total,
                     "perTable": svc.backlog.per_table,
@@ -182,6 +206,8 @@ def create_app(settings: Settings) -> Starlette:
                 "connectedSources": sorted(stream.connected(svc)),
                 "inFlight": svc.in_flight,
                 "lastLandingTime": svc.lander.last_landing_ms,
+                # The staging store's clock minus this host's: names use the store's (cdclake.storeclock).
+                "storeClockOffsetS": svc.lander.store_clock.offset_s,
                 "airflowNotify": {"enabled": notifier.enabled, "sent": notifier.sent, "lastError": notifier.last_error},
                 "uptimeS": round(time.time() - request.state.started, 1),
             }
@@ -209,7 +235,7 @@ def create_app(settings: Settings) -> Starlette:
             return answer_response(refusal(who))
         notifier: Notifier = request.state.notifier
         try:
-            run_id = await anyio.to_thread.run_sync(notifier.trigger_apply)
+            run_id = await notifier.flush()  # coalesced: see Notifier.flush
         except Exception as exc:
             return JSONResponse({"status": "failed", "message": f"could not trigger cdc_apply: {exc}"}, status_code=502)
         return JSONResponse({"status": "triggered", "dag_id": "cdc_apply", "dag_run_id": run_id}, status_code=202)

@@ -5,7 +5,9 @@
     token_sha256 = "9f86d0..."        # or token = "..." (hash preferred: the file is not a secret then)
     tables = ["users", "orders"]      # or ["*"]
 
-Without a file every request is allowed (the embedded default listens on 127.0.0.1 only).
+Without a file every request is allowed, so the receiver then listens on loopback only: it
+refuses to start on another host without one (cdclake.exposure). ``cdclake init`` creates the
+file when the setting names one that does not exist (cdclake.bootstrap).
 """
 
 from __future__ import annotations

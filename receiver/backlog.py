@@ -1,18 +1,23 @@
-"""How much landed data waits to be applied: the receiver's backpressure signal.
+"""How much landed data waits to be applied, per table and per producer, and which tables exist:
+the receiver's backpressure signal and its fan-out bookkeeping.
 
 Refreshed in the background from the staging listing and the tables' watermarks (the same
-:func:`cdclake.catalog.pending_tables` the apply DAG plans with); between refreshes every landing
-counts one more object, so a burst is seen before the next refresh.
+:func:`cdclake.catalog.pending_objects` the apply DAG plans with; object names carry their
+producer); between refreshes every landing counts one more object per table, so a burst is seen
+before the next refresh.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import Counter
 from typing import Any
 
 from cdclake import staging
 from cdclake.settings import Settings
+from receiver.decode import Rejected
 
 log = logging.getLogger("cdclake.receiver")
 HEALTH_EVERY_S = 60.0
@@ -23,6 +28,11 @@ class Backlog:
         self.settings = settings
         self.store = store
         self.per_table: dict[str, int] = {}
+        self.per_source: dict[str, int] = {}
+        self.known: set[str] | None = None
+        """Tables with a staging folder or an Iceberg table; None until first listed."""
+        self._landed_during_scan: set[str] = set()
+        self._listing = threading.Lock()
         self.error: str | None = None
         self.health: dict[str, dict[str, Any]] = {}
         self._health_at = 0.0
@@ -35,9 +45,17 @@ class Backlog:
     def utilization(self) -> float:
         return min(1.0, self.total / self.settings.backlog_hard)
 
-    def add(self, tables: list[str]) -> None:
+    def add(self, tables: list[str], source: str) -> None:
         for t in tables:
             self.per_table[t] = self.per_table.get(t, 0) + 1
+        self.per_source[source] = self.per_source.get(source, 0) + len(tables)
+        self.note_tables(tables)
+
+    def note_tables(self, tables: list[str]) -> None:
+        """Count ``tables`` as existing from now on (a landing is creating them)."""
+        if self.known is not None:
+            self.known.update(tables)
+        self._landed_during_scan.update(tables)
 
     def suggested_delay_ms(self) -> int:
         """0 below the soft limit, then rising linearly to 5 s at the hard limit."""
@@ -46,19 +64,72 @@ class Backlog:
             return 0
         return int(100 + 4900 * min(1.0, (n - soft) / max(1, hard - soft)))
 
-    def refresh(self) -> None:
-        """Blocking: lists staging and reads watermarks (pyiceberg). Run it in a thread."""
-        from cdclake.catalog import pending_tables
+    def refusal(self, source: str | None) -> Rejected | None:
+        """503 buffer_full when the whole backlog, or ``source``'s share of it, is at its limit."""
+        hard, n = self.settings.backlog_hard, self.total
+        if n >= hard:
+            why = f"{n} staging objects wait to be applied, at the limit {hard} (CDCLAKE_BACKLOG_HARD)"
+            return Rejected(503, "buffer_full", why, None, {"retryDelayMs": 5000})
+        quota = self.settings.source_backlog_limit
+        mine = self.per_source.get(source, 0) if source is not None else 0
+        if mine >= quota:
+            why = (
+                f"{mine} staging objects of producer {source!r} wait to be applied, at its limit {quota} "
+                "(CDCLAKE_BACKLOG_PER_SOURCE; default a quarter of CDCLAKE_BACKLOG_HARD)"
+            )
+            return Rejected(503, "buffer_full", why, None, {"retryDelayMs": 5000})
+        return None
 
+    # ------------------------------------------------------------------ blocking: run in a thread
+
+    def refresh(self) -> None:
+        """Lists staging and reads watermarks (pyiceberg)."""
+        from cdclake.catalog import pending_objects
+
+        self._landed_during_scan = set()
         try:
-            self.per_table = pending_tables(self.settings, store=self.store)
+            tables, sources = Counter[str](), Counter[str]()
+            for key in pending_objects(self.settings, store=self.store):
+                tables[key.table] += 1
+                sources[key.source] += 1
+            self.per_table, self.per_source = dict(tables), dict(sources)
             self.error = None
         except Exception as exc:  # a missing catalog or an unreachable store must not stop intake
             self.error = f"{type(exc).__name__}: {exc}"
             log.warning("backlog refresh failed: %s", self.error)
+        self.load_known()
         if time.monotonic() - self._health_at >= HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             self.refresh_health()
+
+    def ensure_known(self) -> None:
+        """Before the first refresh: the staging folders, listed now (once). The catalog's tables
+        join with the refresh, seconds later: importing pyiceberg would hold up the first batch."""
+        if self.known is not None:
+            return
+        with self._listing:
+            if self.known is None:
+                try:
+                    self.known = set(self.store.tables()) | self._landed_during_scan
+                except Exception as exc:  # the store is down (batches go to the spool): unknown
+                    log.warning("listing staging tables failed: %s: %s", type(exc).__name__, exc)
+
+    def load_known(self) -> None:
+        """Which tables exist: staging folders (one listing) and the catalog's CDC tables."""
+        from cdclake.health import cdc_tables
+
+        landed = self._landed_during_scan
+        try:
+            found = set(self.store.tables())
+        except Exception as exc:
+            log.warning("listing staging tables failed: %s: %s", type(exc).__name__, exc)
+            return
+        try:
+            found.update(cdc_tables(self.settings))
+        except Exception as exc:  # tables whose staging was cleaned up look new until it answers
+            log.warning("listing catalog tables failed: %s: %s", type(exc).__name__, exc)
+            found.update(self.known or ())
+        self.known = found | landed
 
     def refresh_health(self) -> None:
         """Table health and freshness (manifests only, no data read), for /metrics."""

@@ -6,15 +6,16 @@ field or limit at fault, so the transports answer alike.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from cdclake import debezium, events
+from cdclake import debezium, events, names
 
 
 class Rejected(Exception):
@@ -59,35 +60,102 @@ async def read_limited(chunks: AsyncIterator[bytes], declared: str | None, limit
 
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
-    """Undo ``Content-Encoding``; the decoded size is capped too (a small bomb stays small)."""
+    """Undo ``Content-Encoding``: every gzip member / zstd frame, or a 400 (a body that is more
+    or less than whole members is refused, never cut short). The decoded size is capped across
+    them all (a small bomb stays small)."""
     enc = (encoding or "identity").strip().lower()
     if enc in ("identity", ""):
         return body
     if enc == "gzip":
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out = d.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise Rejected(400, "invalid_format", f"body is not valid gzip: {exc}", "Content-Encoding") from None
-        if len(out) > limit or d.unconsumed_tail:
-            raise too_large(limit, "decompressed body")
-        if not d.eof:
-            raise Rejected(400, "invalid_format", "truncated gzip body", "Content-Encoding")
-        return out
+        return _gunzip(body, limit)
     if enc == "zstd":
-        import zstandard
-
-        try:
-            with zstandard.ZstdDecompressor().stream_reader(body) as reader:
-                out = reader.read(limit + 1)
-        except zstandard.ZstdError as exc:
-            raise Rejected(400, "invalid_format", f"body is not valid zstd: {exc}", "Content-Encoding") from None
-        if len(out) > limit:
-            raise too_large(limit, "decompressed body")
-        return out
+        return _unzstd(body, limit)
     raise Rejected(
         415, "invalid_format", f"unsupported Content-Encoding {encoding!r} (use gzip or zstd)", "Content-Encoding"
     )
+
+
+MAX_MEMBERS = 10_000
+"""gzip members / zstd frames per body. Each costs a decoder object in Python: without a cap, a
+4 MB body of 20-byte members would cost seconds of CPU."""
+_FIRST_STEP, _MAX_STEP = 1024, 1 << 20
+"""Compressed input is fed in growing pieces, so what is left after a member ends (and copied by
+the decoder) is small: the walk is linear in the body, however many members it has."""
+
+
+def _bad_encoding(message: str) -> Rejected:
+    return Rejected(400, "invalid_format", message, "Content-Encoding")
+
+
+def _too_many(what: str) -> Rejected:
+    return _bad_encoding(f"more than {MAX_MEMBERS} {what} in one body (the limit)")
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    view = memoryview(body)
+    out: list[bytes] = []
+    size = pos = members = 0
+    while pos < len(body) or not members:
+        if body[pos : pos + 2] != b"\x1f\x8b" and members:
+            # Zero padding after the last member is allowed, as gzip(1) and Python's gzip allow it.
+            if body.count(0, pos) == len(body) - pos:
+                break
+            raise _bad_encoding(f"bytes after gzip member {members} are not a gzip member")
+        members += 1
+        if members > MAX_MEMBERS:
+            raise _too_many("gzip members")
+        d = zlib.decompressobj(wbits=31)
+        step = _FIRST_STEP
+        while not d.eof:
+            if pos >= len(body):
+                raise _bad_encoding(f"truncated gzip body (member {members} is not complete)")
+            chunk = view[pos : pos + step]
+            pos += len(chunk)
+            step = min(2 * step, _MAX_STEP)
+            try:
+                part = d.decompress(chunk, limit - size + 1)
+            except zlib.error as exc:
+                raise _bad_encoding(f"gzip member {members} is not valid gzip: {exc}") from None
+            size += len(part)
+            if size > limit or d.unconsumed_tail:
+                raise too_large(limit, "decompressed body")
+            out.append(part)
+        pos -= len(d.unused_data)
+    return b"".join(out)
+
+
+def _unzstd(body: bytes, limit: int) -> bytes:
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    view = memoryview(body)
+    out: list[bytes] = []
+    pos = frames = 0
+    try:
+        # The stream reader caps the output across frames, but returns what it has for a
+        # truncated frame without a word ...
+        with dctx.stream_reader(body, read_across_frames=True) as reader:
+            if len(reader.read(limit + 1)) > limit:
+                raise too_large(limit, "decompressed body")
+        # ... so the frames are walked again by objects that say whether each one ended; their
+        # output is the same bytes, known to fit now.
+        while pos < len(body) or not frames:
+            frames += 1
+            if frames > MAX_MEMBERS:
+                raise _too_many("zstd frames")
+            d = dctx.decompressobj()
+            step = _FIRST_STEP
+            while not d.eof:
+                if pos >= len(body):
+                    raise _bad_encoding(f"truncated zstd body (frame {frames} is not complete)")
+                chunk = view[pos : pos + step]
+                pos += len(chunk)
+                step = min(2 * step, _MAX_STEP)
+                out.append(d.decompress(chunk))
+            pos -= len(d.unused_data)
+    except zstandard.ZstdError as exc:
+        raise _bad_encoding(f"zstd frame {frames} is not valid zstd: {exc}") from None
+    return b"".join(out)
 
 
 class _Sizes(msgspec.Struct):
@@ -116,15 +184,34 @@ def check_event_sizes(body: bytes, limit: int) -> None:
             )
 
 
+def too_deep() -> Rejected:
+    return Rejected(
+        400,
+        "invalid_format",
+        "JSON nests objects and arrays too deeply to decode; the depth limit is CDCLAKE_MAX_DEPTH",
+        "$",
+    )
+
+
+@contextlib.contextmanager
+def depth_guard() -> Iterator[None]:
+    """msgspec decodes nesting by recursion: past the interpreter's limit (~1,000 levels, far
+    past CDCLAKE_MAX_DEPTH) it raises RecursionError, which must be a 400 like any other rule."""
+    try:
+        yield
+    except RecursionError:
+        raise too_deep() from None
+
+
 def _invalid(exc: events.InvalidBatch) -> Rejected:
     return Rejected(400, "invalid_format", exc.message, exc.field)
 
 
-def decode_json(body: bytes, max_event: int, producer: str | None) -> Decoded:
+def decode_json(body: bytes, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT) -> Decoded:
     """A seed-format batch, or Debezium change event(s) (one object or an array)."""
     try:
         check_event_sizes(body, max_event)
-        return Decoded(events.decode_batch(body), False)
+        return Decoded(events.decode_batch(body, limits), False)
     except events.InvalidBatch as first:
         try:
             obj = msgspec.json.decode(body)
@@ -132,10 +219,12 @@ def decode_json(body: bytes, max_event: int, producer: str | None) -> Decoded:
             raise _invalid(first) from None
         if not debezium.looks_like_debezium(obj):
             raise _invalid(first) from None
-        return decode_debezium_obj(obj, max_event, producer)
+        return decode_debezium_obj(obj, max_event, producer, limits)
 
 
-def decode_debezium_obj(obj: Any, max_event: int, producer: str | None) -> Decoded:
+def decode_debezium_obj(
+    obj: Any, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT
+) -> Decoded:
     records = obj if isinstance(obj, list) else [obj]
     for i, rec in enumerate(records):
         size = len(msgspec.json.encode(rec))
@@ -148,7 +237,7 @@ def decode_debezium_obj(obj: Any, max_event: int, producer: str | None) -> Decod
                 {"maxSize": max_event},
             )
     try:
-        return Decoded(debezium.to_batch(obj, producer=producer), True)
+        return Decoded(debezium.to_batch(obj, producer=producer, limits=limits), True)
     except debezium.OnlyTombstones:
         # Debezium sends a tombstone after each delete (for Kafka compaction); refusing a post of
         # only those would make its HTTP sink retry it forever.
@@ -157,15 +246,23 @@ def decode_debezium_obj(obj: Any, max_event: int, producer: str | None) -> Decod
         raise _invalid(exc) from None
 
 
-def decode_debezium(body: bytes, max_event: int, producer: str | None) -> Decoded:
-    try:
-        obj = msgspec.json.decode(body)
-    except msgspec.DecodeError as exc:
-        raise Rejected(400, "invalid_format", f"malformed JSON: {exc}", "$") from None
-    return decode_debezium_obj(obj, max_event, producer)
+def decode_debezium(
+    body: bytes, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT
+) -> Decoded:
+    with depth_guard():
+        try:
+            obj = msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            raise Rejected(400, "invalid_format", f"malformed JSON: {exc}", "$") from None
+        return decode_debezium_obj(obj, max_event, producer, limits)
 
 
-def decode_ndjson(body: bytes, params: Mapping[str, str], max_event: int) -> Decoded:
+_one_value = msgspec.json.Decoder(msgspec.Raw)
+
+
+def decode_ndjson(
+    body: bytes, params: Mapping[str, str], max_event: int, limits: names.Limits = names.DEFAULT
+) -> Decoded:
     """One event per line; the batch fields come from headers or the query string."""
     source = params.get("source")
     seq = params.get("sequenceNumber")
@@ -188,14 +285,20 @@ def decode_ndjson(body: bytes, params: Mapping[str, str], max_event: int) -> Dec
                 f"$.events[{i}]",
                 {"maxSize": max_event},
             )
-    # Splice the lines into one batch document so validation (and its field paths) is shared.
+        try:
+            _one_value.decode(ln)
+        except msgspec.DecodeError as exc:
+            msg = f"line {i + 1} is not one JSON value: {exc}"
+            raise Rejected(400, "invalid_format", msg, f"$.events[{i}]") from None
+    # Splice the lines into one batch document so validation (and its field paths) is shared;
+    # each line was checked to be exactly one JSON value, so none can close its element.
     doc = b'{"source":%s,"sequenceNumber":%s,"events":[%s]}' % (
         json.dumps(source).encode(),
         seq.encode(),
         b",".join(lines),
     )
     try:
-        return Decoded(events.decode_batch(doc), False)
+        return Decoded(events.decode_batch(doc, limits), False)
     except events.InvalidBatch as exc:
         if exc.field == "$" and "malformed JSON" in exc.message:
             raise Rejected(400, "invalid_format", "a line is not one JSON object", "$.events") from None
@@ -206,13 +309,19 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 
 
 def decode_body(
-    body: bytes, content_type: str, params: Mapping[str, str], max_event: int, producer: str | None
+    body: bytes,
+    content_type: str,
+    params: Mapping[str, str],
+    max_event: int,
+    producer: str | None,
+    limits: names.Limits = names.DEFAULT,
 ) -> Decoded:
     ctype = content_type.split(";", 1)[0].strip().lower()
-    if ctype in NDJSON_TYPES:
-        return decode_ndjson(body, params, max_event)
-    if ctype in ("", "application/json", "text/plain"):
-        return decode_json(body, max_event, producer)
-    if ctype == "application/vnd.debezium+json" or ctype.endswith("+json"):
-        return decode_debezium(body, max_event, producer)
+    with depth_guard():
+        if ctype in NDJSON_TYPES:
+            return decode_ndjson(body, params, max_event, limits)
+        if ctype in ("", "application/json", "text/plain"):
+            return decode_json(body, max_event, producer, limits)
+        if ctype == "application/vnd.debezium+json" or ctype.endswith("+json"):
+            return decode_debezium(body, max_event, producer, limits)
     raise Rejected(415, "invalid_format", f"unsupported Content-Type {content_type!r}", "Content-Type")

@@ -13,6 +13,10 @@ that died: the next landing takes it over under the next receipt generation, kee
 that were written and writing only the missing ones, under fresh names (a name older than the
 apply job's landing grace could be skipped). So every acked batch is in staging exactly once.
 
+Object names and claim times are the staging store's time (:mod:`cdclake.storeclock`), never this
+host's: a receiver whose clock is behind the apply's would otherwise name objects below a
+watermark that already passed them.
+
 If the store fails, the batch goes to the spool (a local folder, written durably) and is acked
 ``fallback``; :meth:`Lander.drain` lands spooled batches through the same protocol later.
 
@@ -36,6 +40,7 @@ import msgspec
 
 from cdclake import staging
 from cdclake.events import Batch, stage_lines
+from cdclake.storeclock import StoreClock
 
 _PUTS = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="cdclake-put")
 
@@ -43,6 +48,9 @@ IN_FLIGHT_S = 60.0
 """A claim younger than this may still be landing in another process: do not take it over."""
 BREAKER_OPEN_S = 5.0
 """After a store failure, land to the spool without trying the store for this long."""
+LOCK_STRIPES = 1024
+"""Landings of one source are serialised by one of this many locks (a fixed number, however
+many source ids clients send; two sources rarely share one)."""
 
 Status = Literal["persisted", "duplicate", "fallback"]
 
@@ -187,8 +195,10 @@ class Lander:
         self.store = store
         self.spool = spool
         self.clock = clock
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        # Object names and claim ages are in the store's time: replicas and the apply agree on
+        # it whatever their own clocks say (``clock`` serves the breaker and status only).
+        self.store_clock = StoreClock(store)
+        self._locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._last: dict[str, int] = {}
         self._breaker_until = 0.0
         self.last_landing_ms: int | None = None
@@ -197,8 +207,11 @@ class Lander:
     # ------------------------------------------------------------------ state
 
     def _lock(self, source: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(source, threading.Lock())
+        return self._locks[hash(source) % LOCK_STRIPES]
+
+    def forget(self, source: str) -> None:
+        """Drop ``source``'s cached batch number (an idle source; re-read from its receipts)."""
+        self._last.pop(source, None)
 
     @property
     def breaker(self) -> Literal["closed", "open"]:
@@ -301,8 +314,13 @@ class Lander:
                 None,
             )
 
+    def check(self) -> None:
+        """Raise unless the store can be reached and its clock read (readiness)."""
+        self.store.check()
+        self.store_clock.upper_ms()
+
     def _land_in_store(self, p: Prepared) -> Landed:
-        now_ms = int(self.clock() * 1000)
+        now_ms = self.store_clock.upper_ms()
         keys = [staging.make_key(t, p.source, p.sequence_number, now_ms) for t in sorted(p.objects)]
         receipt = Receipt(
             p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys], self.owner
@@ -324,11 +342,11 @@ class Lander:
             missing = [k for k in have if not self._exists(k)]
             if not missing:
                 return Landed("duplicate", [self.store.uri(k) for k in have])
-            young = self.clock() * 1000 - existing.landedMs < IN_FLIGHT_S * 1000
+            young = self.store_clock.lower_ms() - existing.landedMs < IN_FLIGHT_S * 1000
             if young and not owner_dead(existing.owner, self.owner):
                 raise InFlight(f"batch {p.sequence_number} of {p.source!r} is being landed by another receiver")
             # Take over a dead claim: keep what it wrote, rename what it did not.
-            now_ms = int(self.clock() * 1000)
+            now_ms = self.store_clock.upper_ms()
             fresh = [staging.make_key(k.table, p.source, p.sequence_number, now_ms) for k in missing]
             kept = [k for k in have if k not in missing]
             keys = kept + fresh

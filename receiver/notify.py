@@ -4,14 +4,18 @@ schedule.
 
 Debounced (one event per ``CDCLAKE_NOTIFY_DEBOUNCE_MS`` at most) and off the ack path: a slow or
 absent Airflow never delays or fails an ack; the apply DAG's periodic schedule is the safety net.
+
+``POST /flush`` and WebSocket ``flush_request`` go through :meth:`Notifier.flush`, coalesced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 from cdclake import staging
@@ -25,6 +29,15 @@ APPLY_DAG = "cdc_apply"
 RETRY_S = 5.0
 
 
+@dataclass
+class FlushRound:
+    """One look at Airflow on behalf of every flush that arrived before it started."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    run_id: str = ""
+    error: Exception | None = None
+
+
 class Notifier:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings = settings
@@ -36,6 +49,8 @@ class Notifier:
         self._asset_id: int | None = None
         self.last_error: str | None = None
         self.sent = 0
+        self._next_flush: FlushRound | None = None
+        self._flush_turn = anyio.Lock()
 
     def landed(self, tables: list[str]) -> None:
         if self.enabled:
@@ -85,11 +100,43 @@ class Notifier:
             self._asset_id = int(ids[0])
         c.json("POST", "/api/v2/assets/events", json={"asset_id": self._asset_id, "extra": {"tables": tables}})
 
-    def trigger_apply(self) -> str:
-        """Blocking: start a ``cdc_apply`` run now; returns its run id."""
+    async def flush(self) -> str:
+        """The id of a ``cdc_apply`` run that has not started yet, so its plan sees everything
+        landed before this call: one already queued, else a new one.
+
+        Coalesced: a flush joins the round that has not looked at Airflow yet, or starts one,
+        which waits for the round before it. However many flushes arrive, there is one round at
+        a time and one waiting, each at most one listing and one trigger, and at most one queued
+        run (``max_active_runs=1`` holds it while another runs): repeated flushes cannot pile
+        up runs, and none is answered with a run that planned before its data landed.
+        """
+        r = self._next_flush
+        if r is None:
+            r = self._next_flush = FlushRound()
+            # Shielded: the round answers every flush that joined it even if this caller goes.
+            with anyio.CancelScope(shield=True):
+                async with self._flush_turn:
+                    self._next_flush = None  # from here on, flushes need a look after this one
+                    try:
+                        r.run_id = await anyio.to_thread.run_sync(self._queued_or_new_run)
+                    except Exception as exc:
+                        r.error = exc
+                    finally:
+                        r.done.set()
+        await r.done.wait()
+        if r.error is not None:
+            raise r.error
+        return r.run_id
+
+    def _queued_or_new_run(self) -> str:
+        """Blocking: a queued (not started) ``cdc_apply`` run, else a new one."""
         if not self.settings.airflow_password:
             raise RuntimeError("CDCLAKE_AIRFLOW_PASSWORD is not set: the receiver cannot call Airflow")
-        run_id: str = self.client().trigger(APPLY_DAG)
+        c = self.client()
+        queued = [r for r in c.active_runs(APPLY_DAG) if r.get("state") == "queued"]
+        if queued:
+            return str(queued[0]["dag_run_id"])
+        run_id: str = c.trigger(APPLY_DAG)
         return run_id
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from cdclake.events import Batch
+from cdclake.events import SOURCE_PATTERN, Batch
 from cdclake.settings import Settings
 from receiver.protocol import ACK_STATUSES, NACK_REASONS
 
@@ -64,17 +64,21 @@ def document(settings: Settings) -> dict[str, Any]:
     refusals = {
         "400": _nack("invalid_format: the field at fault is named in `field`"),
         "401": _nack("missing or unknown bearer token"),
-        "403": _nack("the token may not write this source or table"),
+        "403": _nack("the token may not write this source or table, or a new table past CDCLAKE_MAX_TABLES"),
         "409": _nack("invalid_sequence: a gap or reuse; `expectedSequence` says what is next"),
         "413": _nack(f"payload_too_large (body over {limit} bytes) or event_too_large"),
         "415": _nack("unsupported Content-Type or Content-Encoding"),
-        "429": _nack("rate_limited or connection_limit; see Retry-After and X-RateLimit-* headers"),
-        "503": _nack("buffer_full, shutting_down or internal_error; retry after retryDelayMs"),
+        "429": _nack(
+            "rate_limited (batches, new tables, or new source ids without tokens) or connection_limit; "
+            "see Retry-After and X-RateLimit-* headers"
+        ),
+        "503": _nack("buffer_full (all, or this producer's share), shutting_down or internal_error; see retryDelayMs"),
     }
     ack = {
         "description": "durable: persisted, duplicate, or fallback (in the local spool)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ack"}}},
     }
+    source = {"type": "string", "pattern": SOURCE_PATTERN, "minLength": 1, "maxLength": 128}
     encoding = {
         "name": "Content-Encoding",
         "in": "header",
@@ -95,9 +99,9 @@ def document(settings: Settings) -> dict[str, Any]:
                     "summary": "Land one batch of CDC events",
                     "parameters": [
                         encoding,
-                        {"name": "X-CDC-Source", "in": "header", "schema": {"type": "string"}},
+                        {"name": "X-CDC-Source", "in": "header", "schema": source},
                         {"name": "X-CDC-Sequence-Number", "in": "header", "schema": {"type": "integer", "minimum": 0}},
-                        {"name": "source", "in": "query", "schema": {"type": "string"}},
+                        {"name": "source", "in": "query", "schema": source},
                         {"name": "sequenceNumber", "in": "query", "schema": {"type": "integer", "minimum": 0}},
                     ],
                     "requestBody": {
@@ -132,11 +136,13 @@ def document(settings: Settings) -> dict[str, Any]:
             "/v1/sources/{source}": {
                 "get": {
                     "summary": "Where a producer stands: its last landed batch",
-                    "parameters": [{"name": "source", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "parameters": [{"name": "source", "in": "path", "required": True, "schema": source}],
                     "responses": {
                         "200": {"description": "lastAckSequence (null: nothing landed yet)"},
+                        "400": refusals["400"],
                         "401": refusals["401"],
                         "403": refusals["403"],
+                        "503": {"description": "staging store unavailable"},
                     },
                 }
             },
@@ -149,8 +155,8 @@ def document(settings: Settings) -> dict[str, Any]:
             },
             "/status": {
                 "get": {
-                    "summary": "Backlog per table, producers, last landing",
-                    "responses": {"200": {"description": "status"}},
+                    "summary": "Backlog per table, producers, last landing (a producer token when tokens are on)",
+                    "responses": {"200": {"description": "status"}, "401": refusals["401"]},
                 }
             },
             "/metrics": {

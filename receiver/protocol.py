@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from cdclake import names
 from cdclake.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
 
 PROTOCOL_VERSION = 1
@@ -124,11 +125,11 @@ ClientMessage = Connect | CDCBatchMessage | Heartbeat | FlushRequest
 _client: msgspec.json.Decoder[ClientMessage] = msgspec.json.Decoder(ClientMessage)
 
 
-def decode_client_message(data: bytes) -> ClientMessage:
+def decode_client_message(data: bytes, limits: names.Limits = names.DEFAULT) -> ClientMessage:
     """One client frame; :class:`InvalidBatch` names the bad field (``$.type`` for unknown types)."""
     msg = typed_decode(_client, data)
     if isinstance(msg, CDCBatchMessage):
-        check_events(msg.events)
+        check_events(msg.events, limits=limits)
     return msg
 
 

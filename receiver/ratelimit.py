@@ -1,4 +1,8 @@
-"""Token bucket per producer, as the seed's RateLimitConfig (burstCapacity, refillRate)."""
+"""Token bucket per producer, as the seed's RateLimitConfig (burstCapacity, refillRate).
+
+Buckets are dropped with :meth:`RateLimiter.forget` when their producer goes idle
+(:mod:`receiver.sources`): an idle bucket is full, so forgetting it changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -36,16 +40,31 @@ class RateLimiter:
         self.clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def take(self, key: str) -> Decision:
+    @property
+    def refill_s(self) -> float:
+        """Seconds an empty bucket takes to fill: idle this long, a producer's bucket is full."""
+        return self.capacity / self.refill if self.refill > 0 else 0.0
+
+    def take(self, key: str, cost: int = 1) -> Decision:
+        """Take ``cost`` tokens if the bucket holds them (``cost`` <= capacity), else none."""
         if self.refill <= 0:
             return Decision(True, self.capacity, self.capacity, 0.0, 0.0)
         now = self.clock()
         tokens, at = self._buckets.get(key, (float(self.capacity), now))
         tokens = min(float(self.capacity), tokens + (now - at) * self.refill)
-        allowed = tokens >= 1.0
+        allowed = tokens >= cost
         if allowed:
-            tokens -= 1.0
+            tokens -= cost
         self._buckets[key] = (tokens, now)
         reset = (self.capacity - tokens) / self.refill
-        retry = 0.0 if allowed else (1.0 - tokens) / self.refill
+        retry = 0.0 if allowed else (cost - tokens) / self.refill
         return Decision(allowed, self.capacity, int(tokens), reset, retry)
+
+    def give_back(self, key: str, cost: int) -> None:
+        """Return tokens taken for work that did not happen (a landing that failed)."""
+        if key in self._buckets:
+            tokens, at = self._buckets[key]
+            self._buckets[key] = (min(float(self.capacity), tokens + cost), at)
+
+    def forget(self, key: str) -> None:
+        self._buckets.pop(key, None)

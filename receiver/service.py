@@ -11,18 +11,23 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.to_thread
 
 from cdclake import events
 from cdclake.settings import Settings
+from cdclake.storeclock import StoreClockError
 from receiver import auth, decode, landing
 from receiver.backlog import Backlog
+from receiver.fanout import NewTables, batch_tables
 from receiver.metrics import Metrics
 from receiver.protocol import ack, nack
 from receiver.ratelimit import RateLimiter
+from receiver.sources import IDLE_S, Sources
 
 log = logging.getLogger("cdclake.receiver")
 LANDING_SLOTS = 4
@@ -36,7 +41,28 @@ class Answer:
     landed_tables: list[str] = field(default_factory=list)
 
 
-def refusal(exc: decode.Rejected, seq: int | None = None, cid: str | None = None) -> Answer:
+def shown_paths(paths: list[str], settings: Settings) -> list[str]:
+    """Where an ack says the events are, without the receiver's own folders: a producer needs the
+    object's key (``staging/<table>/<day>/<hour>/<name>``, ``spool/...``), not the host's layout.
+    Object-store URIs (``s3://bucket/...``) say nothing about the host and are kept."""
+    out = []
+    for p in paths:
+        local = Path(unquote(urlsplit(p).path)) if p.startswith("file:") else Path(p) if p.startswith("/") else None
+        if local is None:
+            out.append(p)
+            continue
+        for label, root in (("staging", settings.staging_dir), ("spool", settings.spool_dir)):
+            if local.is_relative_to(root):
+                out.append(f"{label}/{local.relative_to(root).as_posix()}")
+                break
+        else:
+            out.append(local.name)
+    return out
+
+
+def refusal(
+    exc: decode.Rejected, seq: int | None = None, cid: str | None = None, headers: dict[str, str] | None = None
+) -> Answer:
     retry = exc.reason in ("rate_limited", "buffer_full", "shutting_down", "load_shedding", "internal_error")
     body = nack(
         exc.reason,
@@ -47,7 +73,7 @@ def refusal(exc: decode.Rejected, seq: int | None = None, cid: str | None = None
         field=exc.field,
         **exc.extra,
     )
-    headers = {}
+    headers = dict(headers or {})
     if "retryDelayMs" in exc.extra:
         headers["Retry-After"] = str(max(1, -(-int(exc.extra["retryDelayMs"]) // 1000)))
     return Answer(exc.status, body, headers)
@@ -90,16 +116,66 @@ class Service:
         self.metrics = metrics
         self.tokens = tokens
         self.limiter = RateLimiter(settings.rate_limit_burst, settings.rate_limit_per_s)
+        self.new_tables = NewTables(settings, backlog)
         self.on_landed = on_landed
         self.shutting_down = False
         self.in_flight = 0
         self.idle = threading.Event()
         self.idle.set()
+        # Per-source state lives only while its source is known to self.sources (bounded).
         self._per_source: dict[str, int] = {}
         self.ws_connections: dict[str, int] = {}
+        self.sources = Sources(settings.max_sources, self._busy, self._forget, max(IDLE_S, self.limiter.refill_s))
         # Decoded batches are ~10x their body in memory: bound how many exist at once. More
         # landings in parallel would not be faster (one GIL), only bigger.
         self.landing_slots = anyio.CapacityLimiter(LANDING_SLOTS)
+
+    # ------------------------------------------------------------------ per-source state
+
+    def _busy(self, source: str) -> bool:
+        return self._per_source.get(source, 0) > 0 or self.ws_connections.get(source, 0) > 0
+
+    def _forget(self, source: str) -> None:
+        self.limiter.forget(source)
+        self.new_tables.forget(source)
+        self._per_source.pop(source, None)
+        self.ws_connections.pop(source, None)
+        self.lander.forget(source)
+
+    def admit(self, source: str, authenticated: bool) -> decode.Rejected | None:
+        """Note ``source`` as active; without tokens, a new one past CDCLAKE_MAX_SOURCES waits."""
+        wait = self.sources.touch(source, enforce=not authenticated)
+        if not wait:
+            return None
+        return decode.Rejected(
+            429,
+            "rate_limited",
+            f"{len(self.sources)} producers sent within the last hour, the limit without tokens "
+            f"(CDCLAKE_MAX_SOURCES={self.settings.max_sources}): a new source id waits until one goes idle",
+            "$.source",
+            {"retryDelayMs": int(wait * 1000)},
+        )
+
+    def ws_opened(self, source: str) -> decode.Rejected | None:
+        n = self.ws_connections.get(source, 0)
+        if n >= self.settings.max_connections_per_source:
+            return decode.Rejected(
+                429,
+                "connection_limit",
+                f"{source!r} already has {self.settings.max_connections_per_source} "
+                "connections (CDCLAKE_MAX_CONNECTIONS_PER_SOURCE)",
+                None,
+                {"retryDelayMs": 1000},
+            )
+        self.ws_connections[source] = n + 1
+        return None
+
+    def ws_closed(self, source: str) -> None:
+        n = self.ws_connections.get(source, 0) - 1
+        if n > 0:
+            self.ws_connections[source] = n
+        else:
+            self.ws_connections.pop(source, None)
 
     # ------------------------------------------------------------------ checks
 
@@ -127,19 +203,11 @@ class Service:
             {"retryDelayMs": ms},
         )
 
-    def gate(self) -> decode.Rejected | None:
+    def gate(self, source: str | None = None) -> decode.Rejected | None:
+        """Stopping, or the backlog (all of it, or ``source``'s share) at its limit."""
         if self.shutting_down:
             return decode.Rejected(503, "shutting_down", "receiver is shutting down", None, {"retryDelayMs": 1000})
-        if self.backlog.total >= self.settings.backlog_hard:
-            return decode.Rejected(
-                503,
-                "buffer_full",
-                f"{self.backlog.total} staging objects wait to be applied, at the limit "
-                f"{self.settings.backlog_hard} (CDCLAKE_BACKLOG_HARD)",
-                None,
-                {"retryDelayMs": 5000},
-            )
-        return None
+        return self.backlog.refusal(source)
 
     def authorise(self, producer: auth.Producer | None, batch: events.Batch) -> decode.Rejected | None:
         if producer is None:
@@ -157,6 +225,34 @@ class Service:
                     f"$.events[{i}].table",
                 )
         return None
+
+    def _checks(
+        self,
+        producer: auth.Producer | None,
+        batch: events.Batch,
+        tables: dict[str, int] | decode.Rejected,
+        headers: dict[str, str],
+    ) -> tuple[decode.Rejected | None, dict[str, str]]:
+        """What is checked once the batch is decoded; the rate-limit headers to answer with."""
+        denied = self.authorise(producer, batch)
+        if denied is None and isinstance(tables, decode.Rejected):
+            denied = tables
+        if denied is None and producer is None:  # the source is known only now
+            denied = self.admit(batch.source, authenticated=False)
+            if denied is None:
+                headers, denied = self.rate(batch.source)
+            denied = denied or self.gate(batch.source)
+        n = self._per_source.get(batch.source, 0)
+        if denied is None and n >= self.settings.max_connections_per_source:
+            denied = decode.Rejected(
+                429,
+                "connection_limit",
+                f"{n} requests of {batch.source!r} are in flight, the limit "
+                f"(CDCLAKE_MAX_CONNECTIONS_PER_SOURCE={self.settings.max_connections_per_source})",
+                None,
+                {"retryDelayMs": 100},
+            )
+        return denied, headers
 
     # ------------------------------------------------------------------ submit
 
@@ -200,93 +296,50 @@ class Service:
         started: float,
     ) -> Answer:
         headers: dict[str, str] = {}
-        gate = self.gate()
+        gate = self.gate(producer.id if producer is not None else None)
         if gate is not None:
             return refusal(gate, None, cid)
         if producer is not None:
+            self.admit(producer.id, authenticated=True)
             headers, limited = self.rate(producer.id)
             if limited is not None:
-                a = refusal(limited, None, cid)
-                a.headers.update(headers)
-                return a
+                return refusal(limited, None, cid, headers)
         try:
-            decoded = await anyio.to_thread.run_sync(build)
+            decoded, tables = await anyio.to_thread.run_sync(self._decode, build)
         except decode.Rejected as exc:
             return refusal(exc, None, cid)
         batch = decoded.batch
         if batch is None:
             return Answer(200, ack(0, "ok", cid, eventsProcessed=0), headers)
-        seq = batch.sequenceNumber
-        denied = self.authorise(producer, batch)
+        seq, source, n_events = batch.sequenceNumber, batch.source, len(batch.events)
+        denied, headers = self._checks(producer, batch, tables, headers)
+        new: list[str] = []
+        if denied is None and not isinstance(tables, decode.Rejected):
+            new, denied = self.new_tables.claim(source, tables)
         if denied is not None:
-            return refusal(denied, seq, cid)
-        if producer is None:
-            headers, limited = self.rate(batch.source)
-            if limited is not None:
-                a = refusal(limited, seq, cid)
-                a.headers.update(headers)
-                return a
-        n = self._per_source.get(batch.source, 0)
-        if n >= self.settings.max_connections_per_source:
-            return refusal(
-                decode.Rejected(
-                    429,
-                    "connection_limit",
-                    f"{n} requests of {batch.source!r} are in flight, the limit "
-                    f"(CDCLAKE_MAX_CONNECTIONS_PER_SOURCE={self.settings.max_connections_per_source})",
-                    None,
-                    {"retryDelayMs": 100},
-                ),
-                seq,
-                cid,
-            )
-        self._per_source[batch.source] = n + 1
-        source, n_events = batch.source, len(batch.events)
+            return refusal(denied, seq, cid, headers)
+        self._per_source[source] = self._per_source.get(source, 0) + 1
         box = [decoded]
         # The worker thread drops the last reference: a big batch is freed off the event loop.
         del decoded, batch
         try:
             async with self.landing_slots:
-                landed, tables = await anyio.to_thread.run_sync(self._land_box, box)
-        except landing.SequenceError as exc:
-            body = nack(
-                "invalid_sequence",
-                str(exc),
-                sequence_number=seq,
-                correlation_id=cid,
-                field="$.sequenceNumber",
-                expectedSequence=exc.expected,
-            )
-            return Answer(409, body, headers)
-        except landing.InFlight as exc:
-            body = nack(
-                "internal_error",
-                str(exc),
-                sequence_number=seq,
-                should_retry=True,
-                correlation_id=cid,
-                retryDelayMs=1000,
-            )
-            return Answer(503, body, headers | {"Retry-After": "1"})
+                landed, staged = await anyio.to_thread.run_sync(self._land_box, box)
         except Exception as exc:
-            log.exception("landing batch %s of %r failed", seq, source)
-            body = nack(
-                "internal_error",
-                f"could not land the batch: {type(exc).__name__}: {exc}",
-                sequence_number=seq,
-                should_retry=True,
-                correlation_id=cid,
-                retryDelayMs=1000,
-            )
-            return Answer(503, body, headers | {"Retry-After": "1"})
+            self.new_tables.give_back(source, new)
+            return self._not_landed(exc, source, seq, cid, headers)
         finally:
             self._per_source[source] -= 1
+            if not self._per_source[source]:
+                del self._per_source[source]
         elapsed = time.perf_counter() - started
         self.metrics.observe("cdclake_receiver_landing_seconds", elapsed, transport=transport)
-        if landed.status != "duplicate":
+        if landed.status == "duplicate":
+            self.new_tables.give_back(source, new)
+        else:
             self.metrics.inc("cdclake_receiver_events_total", n_events)
-            self.backlog.add(tables)
-            self.on_landed(tables)
+            self.backlog.add(staged, source)
+            self.on_landed(staged)
         log.info(
             "batch landed",
             extra={
@@ -294,7 +347,7 @@ class Service:
                 "sequenceNumber": seq,
                 "status": landed.status,
                 "events": n_events,
-                "tables": tables,
+                "tables": staged,
                 "ms": round(elapsed * 1000, 2),
                 "transport": transport,
             },
@@ -306,10 +359,45 @@ class Service:
             eventsProcessed=n_events,
             bufferUtilization=round(self.backlog.utilization, 4),
             suggestedDelayMs=self.backlog.suggested_delay_ms() or None,
-            persistedPath=landed.paths,
+            persistedPath=shown_paths(landed.paths, self.settings),
             circuitBreakerState=self.lander.breaker,
         )
-        return Answer(200, body, headers, tables)
+        return Answer(200, body, headers, staged)
+
+    def _not_landed(self, exc: Exception, source: str, seq: int, cid: str | None, headers: dict[str, str]) -> Answer:
+        if isinstance(exc, landing.SequenceError):
+            body = nack(
+                "invalid_sequence",
+                str(exc),
+                sequence_number=seq,
+                correlation_id=cid,
+                field="$.sequenceNumber",
+                expectedSequence=exc.expected,
+            )
+            return Answer(409, body, headers)
+        if isinstance(exc, landing.InFlight):
+            message = str(exc)
+        else:
+            log.error("landing batch %s of %r failed", seq, source, exc_info=exc)
+            # The exception's text can name the host's folders or the store's endpoint: it goes
+            # to the log, the producer learns only its kind (and, for the clock, what is wrong).
+            what = "cannot read the staging store's clock" if isinstance(exc, StoreClockError) else "could not land the batch"
+            message = f"{what} ({type(exc).__name__}; the receiver's log has the detail)"
+        body = nack(
+            "internal_error", message, sequence_number=seq, should_retry=True, correlation_id=cid, retryDelayMs=1000
+        )
+        return Answer(503, body, headers | {"Retry-After": "1"})
+
+    def _decode(self, build: Callable[[], decode.Decoded]) -> tuple[decode.Decoded, dict[str, int] | decode.Rejected]:
+        """Decode, and the batch's distinct tables (or why there are too many)."""
+        decoded = build()
+        if decoded.batch is None:
+            return decoded, {}
+        self.backlog.ensure_known()
+        try:
+            return decoded, batch_tables(decoded.batch, self.settings.max_tables_per_batch)
+        except decode.Rejected as exc:
+            return decoded, exc
 
     def _land_box(self, box: list[decode.Decoded]) -> tuple[landing.Landed, list[str]]:
         decoded = box.pop()

@@ -12,9 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import anyio.to_thread
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from cdclake import names
 from cdclake.events import Batch, InvalidBatch
 from cdclake.settings import Settings
 from receiver import decode
@@ -22,6 +25,7 @@ from receiver.notify import Notifier
 from receiver.protocol import (
     PROTOCOL_VERSION,
     CDCBatchMessage,
+    ClientMessage,
     Connect,
     FlushRequest,
     Heartbeat,
@@ -57,11 +61,26 @@ def status_message(svc: Service, source: str | None, **extra: Any) -> dict[str, 
     }
 
 
+async def receive_by(ws: WebSocket, deadline: float | None) -> Message | None:
+    """The next frame, or None when ``deadline`` (anyio time) passes first."""
+    if deadline is None:
+        return await ws.receive()
+    with anyio.move_on_after(deadline - anyio.current_time()):
+        return await ws.receive()
+    return None
+
+
+def decode_guarded(data: bytes, limits: names.Limits) -> ClientMessage:
+    with decode.depth_guard():
+        return decode_client_message(data, limits)
+
+
 def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
+    limits = names.Limits.of(settings)
+
     async def stream(ws: WebSocket) -> None:
         svc: Service = ws.state.service
         notifier: Notifier = ws.state.notifier
-        conns = svc.ws_connections
         await ws.accept()
         who = svc.authenticate(ws.headers.get("authorization"))
         if isinstance(who, decode.Rejected):
@@ -69,9 +88,16 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
             await ws.close(POLICY_VIOLATION, who.message[:120])
             return
         source: str | None = None
+        connect_by = anyio.current_time() + settings.ws_connect_timeout_s
         try:
             while True:
-                frame = await ws.receive()
+                frame = await receive_by(ws, None if source else connect_by)
+                if frame is None:
+                    t = settings.ws_connect_timeout_s
+                    why = f"no connect message within {t:g} s of opening (CDCLAKE_WS_CONNECT_TIMEOUT_S)"
+                    await ws.send_json(nack("invalid_format", why, field="$.type"))
+                    await ws.close(POLICY_VIOLATION, "connect not sent in time")
+                    return
                 if frame["type"] == "websocket.disconnect":
                     return
                 data: bytes = frame.get("bytes") or (frame.get("text") or "").encode()
@@ -81,14 +107,17 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                     continue
                 try:
                     if len(data) > 65536:  # big frames: decode off the event loop
-                        msg = await anyio.to_thread.run_sync(decode_client_message, data)
+                        msg = await anyio.to_thread.run_sync(decode_guarded, data, limits)
                     else:
-                        msg = decode_client_message(data)
+                        msg = decode_guarded(data, limits)
                 except InvalidBatch as exc:
                     seq, cid = peek_ids(data)
                     await ws.send_json(
                         nack("invalid_format", exc.message, sequence_number=seq, correlation_id=cid, field=exc.field)
                     )
+                    continue
+                except decode.Rejected as exc:  # too deep to decode, so too deep to peek at
+                    await ws.send_json(refusal(exc).body)
                     continue
                 if isinstance(msg, Connect):
                     if msg.protocolVersion != PROTOCOL_VERSION:
@@ -108,22 +137,18 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                         await ws.close(POLICY_VIOLATION, "wrong source for token")
                         return
                     if source != msg.sourceDoId:
-                        if conns.get(msg.sourceDoId, 0) >= settings.max_connections_per_source:
-                            await ws.send_json(
-                                nack(
-                                    "connection_limit",
-                                    f"{msg.sourceDoId!r} already has {settings.max_connections_per_source} "
-                                    "connections (CDCLAKE_MAX_CONNECTIONS_PER_SOURCE)",
-                                    should_retry=True,
-                                    retryDelayMs=1000,
-                                )
-                            )
+                        unknown = svc.admit(msg.sourceDoId, authenticated=who is not None)
+                        if unknown is not None:  # without tokens, too many source ids this hour
+                            await ws.send_json(refusal(unknown, None, msg.correlationId).body)
+                            continue
+                        full = svc.ws_opened(msg.sourceDoId)
+                        if full is not None:
+                            await ws.send_json(refusal(full).body)
                             await ws.close(TRY_AGAIN_LATER, "connection limit")
                             return
                         if source is not None:
-                            conns[source] -= 1
+                            svc.ws_closed(source)
                         source = msg.sourceDoId
-                        conns[source] = conns.get(source, 0) + 1
                     try:
                         last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
                     except Exception:  # store down: what this process knows (the spool counts)
@@ -144,8 +169,8 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                 elif isinstance(msg, Heartbeat):
                     await ws.send_json(status_message(svc, source))
                 elif isinstance(msg, FlushRequest):
-                    try:
-                        run_id = await anyio.to_thread.run_sync(notifier.trigger_apply)
+                    try:  # coalesced: repeated requests share one cdc_apply run
+                        run_id = await notifier.flush()
                         await ws.send_json(status_message(svc, source, flush={"dag_run_id": run_id}))
                     except Exception as exc:
                         await ws.send_json(status_message(svc, source, flush={"error": str(exc)}))
@@ -153,6 +178,6 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
             return
         finally:
             if source is not None:
-                conns[source] -= 1
+                svc.ws_closed(source)
 
     return stream

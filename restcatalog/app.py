@@ -14,7 +14,7 @@ GET  /v1/namespaces/{ns}/tables/{t}/partitions    partitions of a snapshot (?sna
 GET  /v1/namespaces/{ns}/tables/{t}/partition-stats  per-partition counts and sizes
 POST /v1/tables/rename                            rename
 POST /v1/transactions/commit                      several tables, atomically
-GET  /health /metrics
+GET  /health /metrics /openapi.json
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 import anyio.to_thread
+from pydantic import BaseModel
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import CommitTableRequest
 from starlette.applications import Starlette
@@ -41,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cdclake.settings import Settings
 from receiver.metrics import Metrics
-from restcatalog import auth, errors, names, partitions
+from restcatalog import auth, errors, locations, names, openapi, partitions
 from restcatalog.catalog import Catalog, Loaded, client_config
 from restcatalog.errors import IcebergError, bad_request
 from restcatalog.models import (
@@ -56,6 +57,17 @@ from restcatalog.models import (
 log = logging.getLogger("restcatalog")
 
 T = TypeVar("T")
+M = TypeVar("M", bound="BaseModel")
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    """A client's request body as ``model``. pyiceberg's own validators raise TypeError for some
+    bad input (a default value of a type that does not exist), which pydantic passes through:
+    that is still the client's input, so a 400, never a 500."""
+    try:
+        return model.model_validate(data)
+    except TypeError as exc:
+        raise bad_request(f"invalid request: {str(exc)[:500]}") from None
 Handler = Callable[[Request, Catalog], Awaitable[Response]]
 
 P = "/v1/{prefix}"
@@ -293,8 +305,10 @@ def create_app(settings: Settings) -> Starlette:
         return JSONResponse({"namespaces": [list(n) for n in items], "next-page-token": token})
 
     async def create_namespace(request: Request, cat: Catalog) -> Response:
-        req = CreateNamespaceRequest.model_validate(await json_body(request))
+        req = parse(CreateNamespaceRequest, await json_body(request))
         ns = names.namespace(req.namespace)
+        # A namespace's "location" is where its tables go by default.
+        locations.require_properties(req.properties, settings.warehouse)
         await run(cat.sql.create_namespace, ns, req.properties)
         props = await run(cat.sql.load_namespace_properties, ns)
         return JSONResponse({"namespace": list(ns), "properties": props})
@@ -323,10 +337,11 @@ def create_app(settings: Settings) -> Starlette:
 
     async def update_properties(request: Request, cat: Catalog) -> Response:
         ns = ns_of(request)
-        req = UpdateNamespacePropertiesRequest.model_validate(await json_body(request))
+        req = parse(UpdateNamespacePropertiesRequest, await json_body(request))
         overlap = set(req.removals) & set(req.updates)
         if overlap:
             raise IcebergError(422, "UnprocessableEntityException", f"keys both removed and updated: {sorted(overlap)}")
+        locations.require_properties(req.updates, settings.warehouse)
 
         def apply() -> dict[str, list[str]]:
             current = cat.sql.load_namespace_properties(ns)
@@ -354,7 +369,7 @@ def create_app(settings: Settings) -> Starlette:
 
     async def create_table(request: Request, cat: Catalog) -> Response:
         ns = ns_of(request)
-        req = CreateTableRequest.model_validate(await json_body(request))
+        req = parse(CreateTableRequest, await json_body(request))
         entry = await run(cat.create, ns, req)
         return load_result(entry, config)
 
@@ -390,7 +405,7 @@ def create_app(settings: Settings) -> Starlette:
         given = body.get("identifier")
         if given is not None and given != path_id:
             raise bad_request(f"identifier {given!r} does not match the path")
-        req = CommitTableRequest.model_validate({**body, "identifier": path_id})
+        req = parse(CommitTableRequest, {**body, "identifier": path_id})
         try:
             (entry,) = await run(cat.commit, [req])
         except CommitFailedException as exc:
@@ -403,19 +418,19 @@ def create_app(settings: Settings) -> Starlette:
 
     async def register_table(request: Request, cat: Catalog) -> Response:
         ns = ns_of(request)
-        req = RegisterTableRequest.model_validate(await json_body(request))
+        req = parse(RegisterTableRequest, await json_body(request))
         entry = await run(cat.register, (*ns, names.table(req.name)), req.metadata_location, req.overwrite)
         return load_result(entry, config)
 
     async def rename_table(request: Request, cat: Catalog) -> Response:
-        req = RenameTableRequest.model_validate(await json_body(request))
+        req = parse(RenameTableRequest, await json_body(request))
         src = (*names.namespace(req.source.namespace.root), names.table(req.source.name))
         dst = (*names.namespace(req.destination.namespace.root), names.table(req.destination.name))
         await run(cat.sql.rename_table, src, dst)
         return Response(status_code=204)
 
     async def commit_transaction(request: Request, cat: Catalog) -> Response:
-        req = CommitTransactionRequest.model_validate(await json_body(request))
+        req = parse(CommitTransactionRequest, await json_body(request))
         if not req.table_changes:
             raise bad_request("table-changes is empty")
         try:
@@ -457,6 +472,9 @@ def create_app(settings: Settings) -> Starlette:
     async def prometheus(request: Request) -> Response:
         return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
 
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi.document())
+
     async def not_found(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "NoSuchRouteException" if exc.status_code == 404 else "BadRequestException"
@@ -495,6 +513,7 @@ def create_app(settings: Settings) -> Starlette:
         route("/v1/transactions/commit", "POST", "transaction", W, commit_transaction),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
     app.state.metrics = metrics

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from cdclake.catalog import io_properties
 from cdclake.settings import Settings
-from restcatalog import names
+from restcatalog import locations, names
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
 from restcatalog.models import CreateTableRequest
 
@@ -133,7 +133,7 @@ class _ConfinedIO(FileIO):
 
     def delete(self, location: str | InputFile | OutputFile) -> None:
         path = location if isinstance(location, str) else location.location
-        if not names.within(path, self._root):
+        if not locations.within(path, self._root):
             log.warning("purge skips a file outside the warehouse", extra={"path": path})
             return
         self._inner.delete(location)
@@ -183,17 +183,15 @@ class Catalog:
         if not self.sql.namespace_exists(ns):
             raise no_such_namespace(f"Namespace does not exist: {'.'.join(ns)}")
         _check_properties(req.properties)
-        if req.location:
-            names.require_within(req.location, self.warehouse, "location")
-        for key in ("write.metadata.path", "write.data.path", "write.object-storage.path"):
-            if key in req.properties:
-                names.require_within(req.properties[key], self.warehouse, key)
+        locations.require_properties(req.properties, self.warehouse)
+        # The location the table gets: the given one, else one made of the names.
+        location = self.sql._resolve_table_location(req.location, ".".join(ns), name)
+        locations.require(location, self.warehouse, "location")
         spec = req.partition_spec or UNPARTITIONED_PARTITION_SPEC
         order = req.write_order or UNSORTED_SORT_ORDER
         if req.stage_create:
             if self.sql.table_exists(ident):
                 raise TableAlreadyExistsError(f"Table {'.'.join(ident)} already exists")
-            location = self.sql._resolve_table_location(req.location, ".".join(ns), name)
             # new_table_metadata pops format-version from the dict it is given.
             metadata = new_table_metadata(req.table_schema, spec, order, location, dict(req.properties))
             return Loaded(None, metadata, serialize(metadata))
@@ -203,14 +201,17 @@ class Catalog:
     def register(self, ident: Identifier, metadata_location: str, overwrite: bool) -> Loaded:
         if overwrite:
             raise NotImplementedError("register with overwrite=true is not supported by this catalog")
-        names.require_within(metadata_location, self.warehouse, "metadata-location")
+        locations.require(metadata_location, self.warehouse, "metadata-location")
         if not self.sql.namespace_exists(ident[:-1]):
             raise no_such_namespace(f"Namespace does not exist: {'.'.join(ident[:-1])}")
         try:
             # Read before inserting the row: a table row with an unreadable file would fail every load.
-            self.cache.get(metadata_location, load_file_io(self.sql.properties, metadata_location))
+            entry = self.cache.get(metadata_location, load_file_io(self.sql.properties, metadata_location))
         except (OSError, ValueError) as exc:
             raise bad_request(f"cannot read table metadata at {metadata_location!r}: {exc}") from None
+        # The file's own places to write count as given by the client: it may have written them.
+        locations.require(entry.metadata.location, self.warehouse, "location")
+        locations.require_properties(entry.metadata.properties, self.warehouse)
         table = self.sql.register_table(ident, metadata_location)
         return self.cache.get(table.metadata_location, table.io)
 
@@ -294,8 +295,13 @@ class Catalog:
             raise bad_request(f"cannot apply updates to {'.'.join(ident)}: {type(exc).__name__}: {exc}") from None
         if current is not None and st.metadata == current.metadata:
             return _Staged(ident, current, current.metadata_location, current.metadata, current.io, False)
-        _check_properties(st.metadata.properties, current.metadata.properties if current else None)
-        names.require_within(st.metadata_location, self.warehouse, "metadata location")
+        before = current.metadata if current else None
+        _check_properties(st.metadata.properties, before.properties if before else None)
+        # set-location and set-properties updates, checked on the metadata they produce.
+        locations.require_properties(st.metadata.properties, self.warehouse, before.properties if before else None)
+        if before is None or st.metadata.location != before.location:
+            locations.require(st.metadata.location, self.warehouse, "location")
+        locations.require(st.metadata_location, self.warehouse, "metadata location")
         return _Staged(ident, current, st.metadata_location, st.metadata, st.io, True)
 
     def _swap(self, staged: list[_Staged]) -> None:

@@ -1,4 +1,4 @@
-"""Namespace and table names from paths and bodies, and where the server may write.
+"""Namespace and table names from paths and bodies (locations: :mod:`restcatalog.locations`).
 
 Names become path segments of table locations (``warehouse/ns/table``) and keys in the SQL
 catalog, where namespace levels are joined with ``.``. So a level may not be ``.``/``..``,
@@ -8,8 +8,7 @@ would read back as two levels).
 
 from __future__ import annotations
 
-import posixpath
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from restcatalog.errors import bad_request
 
@@ -66,33 +65,3 @@ def table_segment(segment: str) -> str:
 def namespace_param(value: str) -> tuple[str, ...]:
     """A namespace in a query parameter (already decoded), levels joined by %1F."""
     return namespace(value.split(SEPARATOR))
-
-
-_S3 = {"s3", "s3a", "s3n"}
-
-
-def _split(uri: str) -> tuple[str, str, str]:
-    parts = urlsplit(uri)
-    scheme = (parts.scheme or "file").lower()
-    if scheme in _S3:
-        scheme = "s3"
-    path = posixpath.normpath(unquote(parts.path) or "/")
-    return scheme, parts.netloc, path
-
-
-def within(uri: str, root: str) -> bool:
-    """Whether ``uri`` names ``root`` or something below it, after resolving ``..``."""
-    if any(ord(c) < 0x20 for c in uri):
-        return False
-    scheme, netloc, path = _split(uri)
-    r_scheme, r_netloc, r_path = _split(root)
-    if scheme != r_scheme or netloc != r_netloc:
-        return False
-    return path == r_path or path.startswith(r_path.rstrip("/") + "/")
-
-
-def require_within(uri: str, root: str, what: str) -> None:
-    # Metadata files are written, read or deleted by this server, on its credentials: a client
-    # may not point them outside the warehouse.
-    if not within(uri, root):
-        raise bad_request(f"{what} {uri!r} is outside the warehouse {root!r}")

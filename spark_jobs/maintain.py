@@ -6,7 +6,8 @@
         [--retain-last 5] [--orphans-older-than 2026-11-17T00:00:00Z] [--dry-run]
 
 Both take the per-table lock (cdclake.locks) that the apply job takes, so a rewrite never commits
-blindly against a concurrent apply (apache/iceberg #4996); a commit conflict is retried.
+blindly against a concurrent apply (apache/iceberg #4996), and plan against the table as it is
+once they hold it (refresh_tables); a commit conflict (another writer) is retried.
 Expiry never removes the snapshot that carries the table's newest consumed-staging watermark,
 so the apply job can always find where it stands.
 """
@@ -62,6 +63,16 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def refresh_tables(spark: SparkSession, idents: Sequence[str]) -> None:
+    """Forget this session's cached metadata of ``idents``. Iceberg's catalog cache keeps a loaded
+    table for up to 30 s, so a job that has just got a table's lock would otherwise plan against
+    a version from before the commits it waited for (other sessions', other processes') and fail
+    validation at its own commit ("Cannot commit, missing data files" after a compaction)."""
+    for ident in idents:
+        if spark.catalog.tableExists(ident):
+            spark.sql(f"REFRESH TABLE {ident}")
+
+
 def compact(
     spark: SparkSession,
     settings: Settings,
@@ -89,6 +100,7 @@ def compact(
     out: dict[str, Any] = {"table": table, "strategy": "sort" if sorted_table else "binpack"}
     with table_lock(settings, table, "compaction", say=print) as owner:
         out["lock"] = owner
+        refresh_tables(spark, [f"{c}.{ident}"])
         data = with_retries(
             f"rewrite_data_files {table}",
             lambda: _rows(spark, f"CALL {c}.system.rewrite_data_files({', '.join(args)})"),
@@ -164,6 +176,7 @@ def expire(
     out: dict[str, Any] = {"table": table, "dry_run": dry_run}
     with table_lock(settings, table, "expiry", say=print) as owner:
         out["lock"] = owner
+        refresh_tables(spark, [full, full + TOMBSTONES_SUFFIX])
         if tombstones_older_than is not None and not dry_run:
             out["tombstones_expired"] = expire_tombstones(spark, settings, table, tombstones_older_than)
         wm = watermark_snapshot(spark, full)

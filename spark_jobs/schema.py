@@ -12,6 +12,12 @@ the apply job quarantines. Against the table we then:
 Structs are rebuilt field by field BY NAME (:func:`conform`): Spark's struct-to-struct cast is
 positional, and inference orders fields alphabetically while the table keeps them in the order
 they were added.
+
+Names are matched ignoring case (:func:`cdclake.names.fold`), as Spark and Iceberg look them up.
+One run may hold several spellings of one name (``Name`` in one event, ``name`` in another):
+Spark cannot resolve such a struct's fields by name, so :func:`slots` renames them by position
+first, and :func:`conform` merges the spellings into the table's one field. Nested paths are
+tuples of names; spark_jobs.sqltext quotes them wherever they become SQL.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from cdclake.names import fold
+
 
 def safe_widening(src: DataType, dst: DataType) -> bool:
     """Iceberg's allowed promotions of a ``dst`` column to hold ``src`` values."""
@@ -53,51 +61,80 @@ def safe_widening(src: DataType, dst: DataType) -> bool:
     )
 
 
-def missing_fields(src: DataType, dst: DataType, path: str) -> list[tuple[str, DataType]]:
-    """(dotted path, type) of every nested field in ``src`` that ``dst`` lacks."""
-    out: list[tuple[str, DataType]] = []
-    if isinstance(src, StructType) and isinstance(dst, StructType):
-        have = {f.name.lower(): f for f in dst.fields}
-        for f in src.fields:
-            sub = f"{path}.`{f.name}`" if path else f"`{f.name}`"
-            if f.name.lower() not in have:
-                if not isinstance(f.dataType, NullType):
-                    out.append((sub, f.dataType))
-            else:
-                out += missing_fields(f.dataType, have[f.name.lower()].dataType, sub)
-    elif isinstance(src, ArrayType) and isinstance(dst, ArrayType):
-        out += missing_fields(src.elementType, dst.elementType, f"{path}.element")
+Path = tuple[str, ...]
+
+
+def spellings(fields: Sequence[StructField]) -> dict[str, list[int]]:
+    """Positions of ``fields`` per name ignoring case, in first-seen order."""
+    out: dict[str, list[int]] = {}
+    for i, f in enumerate(fields):
+        out.setdefault(fold(f.name), []).append(i)
     return out
 
 
-def widenings(src: DataType, dst: DataType, path: str) -> list[tuple[str, DataType]]:
-    """(dotted path, new type) of every column to promote so ``dst`` holds ``src``."""
+def slots(col: Column, t: StructType) -> tuple[Column, list[str]]:
+    """``col`` (of struct type ``t``) and the names to ``getField`` its fields by, in order.
+    Where ``t`` spells one name several ways, ``getField`` is ambiguous: the struct is cast
+    (positionally) to fields named by their position."""
+    if len(spellings(t.fields)) == len(t.fields):
+        return col, [f.name for f in t.fields]
+    keys = [f"_{i}" for i in range(len(t.fields))]
+    return col.cast(
+        StructType([StructField(k, f.dataType, f.nullable) for k, f in zip(keys, t.fields, strict=True)])
+    ), keys
+
+
+def missing_fields(src: DataType, dst: DataType, path: Path = ()) -> list[tuple[Path, DataType]]:
+    """(path, type) of every nested field in ``src`` that ``dst`` lacks."""
+    out: list[tuple[Path, DataType]] = []
+    if isinstance(src, StructType) and isinstance(dst, StructType):
+        have = {fold(f.name): f for f in dst.fields}
+        for f in src.fields:
+            sub = (*path, f.name)
+            if fold(f.name) not in have:
+                if not isinstance(f.dataType, NullType):
+                    out.append((sub, f.dataType))
+            else:
+                out += missing_fields(f.dataType, have[fold(f.name)].dataType, sub)
+    elif isinstance(src, ArrayType) and isinstance(dst, ArrayType):
+        out += missing_fields(src.elementType, dst.elementType, (*path, "element"))
+    return out
+
+
+def widenings(src: DataType, dst: DataType, path: Path = ()) -> list[tuple[Path, DataType]]:
+    """(path, new type) of every column to promote so ``dst`` holds ``src``."""
     if safe_widening(src, dst):
         return [(path, src)]
-    out: list[tuple[str, DataType]] = []
+    out: list[tuple[Path, DataType]] = []
     if isinstance(src, StructType) and isinstance(dst, StructType):
-        have = {f.name.lower(): f for f in dst.fields}
+        have = {fold(f.name): f for f in dst.fields}
         for f in src.fields:
-            if f.name.lower() in have:
-                sub = f"{path}.`{f.name}`" if path else f"`{f.name}`"
-                out += widenings(f.dataType, have[f.name.lower()].dataType, sub)
+            if fold(f.name) in have:
+                out += widenings(f.dataType, have[fold(f.name)].dataType, (*path, f.name))
     return out
 
 
 def conform(col: Column, src: DataType, dst: DataType) -> tuple[Column, Column]:
-    """``(value as dst, bad)``: bad is true where a non-null value does not fit ``dst``."""
+    """``(value as dst, bad)``: bad is true where a non-null value does not fit ``dst``.
+    Spellings of one field in ``src`` (see :func:`slots`) merge into ``dst``'s one field."""
     if src == dst:
         return col, F.lit(False)
     if isinstance(src, NullType):
         return F.lit(None).cast(dst), F.lit(False)
     if isinstance(src, StructType) and isinstance(dst, StructType):
-        have = {f.name.lower(): f for f in src.fields}
+        base, keys = slots(col, src)
+        have = spellings(src.fields)
         values, bads = [], []
         for f in dst.fields:
-            if f.name.lower() in have:
-                v, b = conform(col.getField(have[f.name.lower()].name), have[f.name.lower()].dataType, f.dataType)
-            else:
+            parts = [
+                conform(base.getField(keys[i]), src.fields[i].dataType, f.dataType) for i in have.get(fold(f.name), [])
+            ]
+            if not parts:
                 v, b = F.lit(None).cast(f.dataType), F.lit(False)
+            elif len(parts) == 1:
+                v, b = parts[0]
+            else:
+                v, b = F.coalesce(*[p[0] for p in parts]), _any([p[1] for p in parts])
             values.append(v.alias(f.name))
             bads.append(b)
         rebuilt = F.when(col.isNull(), F.lit(None).cast(dst)).otherwise(F.struct(*values))
@@ -185,13 +222,13 @@ def read_type(table: DataType | None, values: Sequence[DataType]) -> DataType | 
         fields = []
         matched: set[str] = set()
         for f in table.fields:
-            subs = [g for o in objects for g in o.fields if g.name.lower() == f.name.lower()]
+            subs = [g for o in objects for g in o.fields if fold(g.name) == fold(f.name)]
             spelled = sorted({g.name for g in subs}) or [f.name]  # the parser matches names exactly
             for name in spelled:
                 t = read_type(f.dataType, [g.dataType for g in subs if g.name == name])
                 fields.append(StructField(name, f.dataType if t is None else t, f.nullable))
-            matched.add(f.name.lower())
-        new = sorted({g.name for o in objects for g in o.fields if g.name.lower() not in matched})
+            matched.add(fold(f.name))
+        new = sorted({g.name for o in objects for g in o.fields if fold(g.name) not in matched})
         for name in new:
             t = read_type(None, [g.dataType for o in objects for g in o.fields if g.name == name])
             if t is not None:
@@ -213,8 +250,8 @@ def hides_fields(table: DataType, inferred: DataType) -> bool:
     if isinstance(table, (StructType, ArrayType)) and isinstance(inferred, StringType):
         return True
     if isinstance(table, StructType) and isinstance(inferred, StructType):
-        have = {f.name.lower(): f.dataType for f in table.fields}
-        return any(hides_fields(have[f.name.lower()], f.dataType) for f in inferred.fields if f.name.lower() in have)
+        have = {fold(f.name): f.dataType for f in table.fields}
+        return any(hides_fields(have[fold(f.name)], f.dataType) for f in inferred.fields if fold(f.name) in have)
     if isinstance(table, ArrayType) and isinstance(inferred, ArrayType):
         return hides_fields(table.elementType, inferred.elementType)
     return False

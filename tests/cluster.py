@@ -79,10 +79,11 @@ class Postgres:
         return self
 
     def psql(self, db: str, sql: str, user: str = PG_USER) -> str:
+        # The statement goes on stdin: `CREATE USER ... PASSWORD` must not sit in psql's argv.
         cmd = [str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", user, "-d", db]
-        cmd += ["-At", "-v", "ON_ERROR_STOP=1", "-c", sql]
+        cmd += ["-At", "-v", "ON_ERROR_STOP=1", "-f", "-"]
         done = subprocess.run(
-            cmd, env={**os.environ, "PGPASSWORD": PG_PASSWORD}, check=True, capture_output=True, text=True
+            cmd, input=sql, env={**os.environ, "PGPASSWORD": PG_PASSWORD}, check=True, capture_output=True, text=True
         )
         return done.stdout.strip()
 

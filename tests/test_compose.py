@@ -1,9 +1,10 @@
 """docker-compose.yaml cannot run here (no Docker engine): check it, by parsing, against the code.
 
 Services, commands, environments and ports are read the way compose reads them (``${VAR:-d}``
-interpolated from an empty environment, or from .env.example) and checked against
-cdclake.settings, the command-line parsers of the project's entry points, each other, and
-.env.example.
+interpolated from an environment holding only the secrets, or from .env.example with its secrets
+filled) and checked against cdclake.settings, the command-line parsers of the project's entry
+points, each other, and .env.example. Secrets have no default: ``${VAR:?...}`` makes compose
+refuse to start without them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -28,11 +30,28 @@ from cdclake.settings import Settings, load
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
-# ${VAR}, ${VAR:-default} (unset or empty: default), ${VAR-default} (unset: default).
-_VAR = re.compile(r"\$\{(\w+)(?:(:?-)([^}]*))?\}")
+# ${VAR}, ${VAR:-default} (unset or empty: default), ${VAR-default} (unset: default),
+# ${VAR:?message} (unset or empty: compose refuses to start), ${VAR?message} (unset: refuses).
+_VAR = re.compile(r"\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 FIELDS = {f"CDCLAKE_{f.name.upper()}" for f in dataclasses.fields(Settings)}
 PROJECT_IMAGE = "cdclake:dev"
 AIRFLOW = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
+# What an operator puts in .env: every secret compose requires (tests use these stand-ins).
+TEST_SECRETS = {
+    "POSTGRES_PASSWORD": "test-postgres-pw",
+    "CDCLAKE_S3_SECRET_KEY": "test-s3-secret",
+    "AIRFLOW_ADMIN_PASSWORD": "test-admin-pw",
+    "AIRFLOW_JWT_SECRET": "test-jwt-secret",
+    "CDCLAKE_AIRFLOW_PASSWORD": "test-receiver-pw",
+    "REST_CATALOG_SECRET": "test-rest-secret",
+    "CDCLAKE_SPARK_CONNECT_TOKEN": "test-connect-token",
+}
+
+
+class Refused(Exception):
+    """compose would not start: a required variable is unset or empty."""
 
 
 def interpolate(text: str, env: Mapping[str, str]) -> str:
@@ -42,13 +61,15 @@ def interpolate(text: str, env: Mapping[str, str]) -> str:
             return env.get(name) or default
         if op == "-":
             return env.get(name, default)
+        if op in (":?", "?") and (name not in env or (op == ":?" and not env[name])):
+            raise Refused(f"{name}: {default}")
         return env.get(name, "")
 
     return _VAR.sub(sub, text.replace("$$", "\0")).replace("\0", "$")
 
 
 def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text(), env or {}))
+    data: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text(), TEST_SECRETS if env is None else env))
     return data
 
 
@@ -57,12 +78,23 @@ def services(env: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     return svcs
 
 
-def compose_vars() -> dict[str, str]:
-    """Every variable the compose file interpolates, with its default."""
-    found: dict[str, str] = {}
+def compose_vars() -> dict[str, tuple[str, str]]:
+    """Every variable the compose file interpolates: ``(operator, default or message)``."""
+    found: dict[str, tuple[str, str]] = {}
     for m in _VAR.finditer(COMPOSE.read_text()):
-        assert found.setdefault(m[1], m[3] or "") == (m[3] or ""), f"${{{m[1]}}} has two defaults"
+        how = (m[2] or "", m[3] or "")
+        assert found.setdefault(m[1], how) == how, f"${{{m[1]}}} has two defaults"
     return found
+
+
+def required_vars() -> set[str]:
+    return {name for name, (op, _) in compose_vars().items() if op == ":?"}
+
+
+def env_file_values() -> dict[str, str]:
+    """.env.example as an operator uses it: its active lines, the secrets filled in."""
+    active = {k: v for k, (v, on) in env_example().items() if on}
+    return {**active, **{k: v for k, v in TEST_SECRETS.items() if not active.get(k)}}
 
 
 def env_example() -> dict[str, tuple[str, bool]]:
@@ -140,19 +172,29 @@ def listening_ports(name: str, svc: Mapping[str, Any]) -> set[int]:
     return set()
 
 
-def run_entry_point(monkeypatch: pytest.MonkeyPatch, module: Any, cmd: list[str], env: Mapping[str, str]) -> Any:
-    """Run ``python -m <module> ...`` in-process up to its exec, with the service's environment."""
+def run_entry_point(
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    cmd: list[str],
+    env: Mapping[str, str],
+    exec_env: dict[str, str] | None = None,
+) -> Any:
+    """Run ``python -m <module> ...`` in-process up to its exec, with the service's environment;
+    ``exec_env`` receives the environment the exec is given (the process's own if none)."""
     for k in [k for k in os.environ if k.startswith("CDCLAKE_")]:
         monkeypatch.delenv(k)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    execs: list[list[str]] = []
-    monkeypatch.setattr(os, "execve", lambda path, args, *_: execs.append(list(args)))
-    monkeypatch.setattr(os, "execvp", lambda path, args, *_: execs.append(list(args)))
+    execs: list[tuple[list[str], Mapping[str, str]]] = []
+    monkeypatch.setattr(os, "execve", lambda path, args, e: execs.append((list(args), e)))
+    monkeypatch.setattr(os, "execvpe", lambda path, args, e: execs.append((list(args), e)))
+    monkeypatch.setattr(os, "execvp", lambda path, args: execs.append((list(args), dict(os.environ))))
     assert cmd[:2] == ["python", "-m"] and cmd[2] == module.__name__, cmd
     module.main(cmd[3:])
     assert len(execs) == 1
-    return execs[0]
+    if exec_env is not None:
+        exec_env.update(execs[0][1])
+    return execs[0][0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,7 +247,7 @@ def test_dockerfile_builds_what_the_commands_run() -> None:
 
 
 def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
-    for env_file in ({}, {k: v for k, (v, active) in env_example().items() if active}):
+    for env_file in (TEST_SECRETS, env_file_values()):
         found = cdclake_services(services(env_file))
         expected = {"cdclake-init", "receiver", "rest-catalog", "spark-connect", *AIRFLOW}
         assert expected <= set(found)
@@ -313,10 +355,7 @@ def test_spark_connect_url_points_at_the_connect_server(monkeypatch: pytest.Monk
     svc = svcs["spark-connect"]
     cmd = argv(svc)
     assert (opt(cmd, "--host"), int(opt(cmd, "--port"))) == ("0.0.0.0", url.port)
-    assert healthcheck_port(svc) == url.port and not svc.get("ports"), "no auth: never published"
-    for name in AIRFLOW:
-        conn = json.loads(env_of(svcs[name])["AIRFLOW_CONN_SPARK_CONNECT"])
-        assert conn == {"conn_type": "spark_connect", "host": url.hostname, "port": url.port}, name
+    assert healthcheck_port(svc) == url.port and not svc.get("ports"), "only the compose network reaches it"
     assert svc["depends_on"]["spark-master"]["condition"] == "service_healthy"
 
     seen: list[tuple[Settings, str, int]] = []
@@ -355,8 +394,16 @@ def test_airflow_components_and_receiver_find_each_other() -> None:
     assert argv(svcs["airflow-triggerer"]) == ["airflow", "triggerer"]
     s = load(env_of(svcs["receiver"]))
     assert s.airflow_url == f"http://airflow-api-server:{port}"
-    user = envs["airflow-api-server"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"].split(":")[0]
-    assert s.airflow_user == user and s.airflow_password == envs["cdclake-init"]["AIRFLOW_ADMIN_PASSWORD"]
+    listed = envs["airflow-api-server"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+    users = dict(u.split(":") for u in listed.split(","))
+    assert users.get("admin") == "admin"
+    # The receiver posts Asset events (OP in the simple auth manager) and triggers runs (USER):
+    # its own login with the least role that can, never the admin's.
+    assert s.airflow_user != "admin" and users[s.airflow_user] == "op"
+    assert s.airflow_password == envs["cdclake-init"]["CDCLAKE_AIRFLOW_PASSWORD"]
+    assert s.airflow_password != envs["cdclake-init"]["AIRFLOW_ADMIN_PASSWORD"]
+    for name in ("rest-catalog", "spark-connect", *AIRFLOW):
+        assert "CDCLAKE_AIRFLOW_PASSWORD" not in env_of(svcs[name]), f"{name} has the receiver's Airflow login"
 
 
 def test_published_ports_are_loopback_and_reach_a_listener() -> None:
@@ -397,15 +444,21 @@ def test_init_job_creates_what_the_others_need(tmp_path: Path) -> None:
     for name, svc in svcs.items():
         if svc.get("image") == PROJECT_IMAGE and name not in ("cdclake-init", "spark-master", "spark-worker"):
             assert svc["depends_on"]["cdclake-init"]["condition"] == "service_completed_successfully", name
-    # Run the script's Python part on a temporary /state: the files must be what their readers want.
+    # Run the script's Python part on a temporary /state, under umask 000: the files must be what
+    # their readers want, readable by their owner only from the start.
     code = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0].replace("/state/", f"{tmp_path}/")
+    env = env_of(init)
     (tmp_path / "airflow").mkdir()
     (tmp_path / "rest").mkdir()
-    env = env_of(init)
-    subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=True)
+    subprocess.run(
+        [sys.executable, "-c", f"import os; os.umask(0)\n{code}"], env={**os.environ, **env}, check=True, cwd=ROOT
+    )
     passwords = json.loads((tmp_path / "airflow/passwords.json").read_text())
-    assert passwords == {"admin": env["AIRFLOW_ADMIN_PASSWORD"]}
+    receiver = load(env_of(svcs["receiver"]))
+    assert passwords == {"admin": env["AIRFLOW_ADMIN_PASSWORD"], receiver.airflow_user: receiver.airflow_password}
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == "/state/airflow/passwords.json"
+    for written in (tmp_path / "airflow/passwords.json", tmp_path / "rest/tokens.toml"):
+        assert stat.S_IMODE(written.stat().st_mode) == 0o600, written
     tokens = Tokens.load(tmp_path / "rest/tokens.toml", 3600)
     client = tokens.credentials(env["REST_CATALOG_CLIENT_ID"], env["REST_CATALOG_SECRET"])
     assert client is not None and client.access.name == "WRITE"
@@ -424,13 +477,96 @@ def test_env_example_documents_every_variable() -> None:
     for name, (value, active) in documented.items():
         if name.startswith("CDCLAKE_"):
             assert name in FIELDS, name
-        if used[name]:
+        op, default = used[name]
+        if op == ":?":
+            # A secret: no default anywhere; the operator fills the empty line.
+            assert active and value == "", f"{name}: a secret is an empty line of .env.example"
+        elif default:
             # The value shown is the one compose uses when the variable is unset.
-            assert value == used[name], name
+            assert value == default, name
         else:
             # Empty in compose means cdclake's default: the (commented) value shown must be it.
             assert name in FIELDS and not active, name
             field = name[len("CDCLAKE_") :].lower()
             assert getattr(load({name: value}), field) == getattr(defaults, field), name
-        if re.search(r"PASSWORD|SECRET", name) and not name.endswith("ACCESS_KEY"):
-            assert "change-me" in value, f"{name}: a secret's default must say change-me"
+
+
+SECRET_NAME = re.compile(r"(PASSWORD|SECRET|SECRET_KEY|TOKEN)$")
+
+
+def test_no_secret_has_a_usable_default() -> None:
+    """compose refuses to start while any secret is unset or empty, and nothing ships a value."""
+    for path in (COMPOSE, ENV_EXAMPLE, ROOT / "README.md"):
+        assert "change-me" not in path.read_text(), f"{path.name} still offers a change-me secret"
+    with pytest.raises(Refused):
+        compose({})
+    for name in TEST_SECRETS:
+        with pytest.raises(Refused, match=name):
+            compose({k: v for k, v in TEST_SECRETS.items() if k != name})
+        with pytest.raises(Refused, match=name):
+            compose({**TEST_SECRETS, name: ""})
+    assert required_vars() == set(TEST_SECRETS)
+    # Every secret-looking value any service gets comes from a required variable: read the raw
+    # file (no interpolation) so a literal or a default cannot hide.
+    raw = yaml.safe_load(COMPOSE.read_text())
+    checked = set()
+    for name, svc in raw["services"].items():
+        for key, value in (svc.get("environment") or {}).items():
+            if SECRET_NAME.search(key) or re.search(r"://[^/:@]+:[^@]+@", str(value)):
+                used = _VAR.findall(str(value))
+                assert used and all(op == ":?" for _, op, _ in used), f"{name}.{key} = {value!r}"
+                checked.add(key)
+    assert {"POSTGRES_PASSWORD", "S3_SECRET_KEY", "CDCLAKE_CATALOG_URL", "AIRFLOW__API_AUTH__JWT_SECRET"} <= checked
+    assert set(TEST_SECRETS) - {"AIRFLOW_JWT_SECRET"} <= checked, checked
+
+
+def test_the_readme_fills_every_secret_of_a_fresh_env(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    [line] = [ln for ln in readme.splitlines() if "openssl rand" in ln and ".env" in ln]
+    (tmp_path / ".env.example").write_text(ENV_EXAMPLE.read_text())
+    subprocess.run(["bash", "-ec", f"cp .env.example .env\n{line}"], cwd=tmp_path, check=True)
+    env = dict(ln.split("=", 1) for ln in (tmp_path / ".env").read_text().splitlines() if re.match(r"[A-Z]", ln))
+    secrets = {k: env[k] for k in TEST_SECRETS}
+    assert all(len(v) >= 32 for v in secrets.values()) and len(set(secrets.values())) == len(secrets), secrets
+    compose(env)  # no refusal
+
+
+def test_the_receiver_is_never_open(tmp_path: Path) -> None:
+    """It listens on every interface of its container, so it needs producer tokens: a file that
+    cdclake-init creates in the state volume the receiver reads."""
+    svcs = services()
+    for env_file in (TEST_SECRETS, env_file_values()):
+        assert load(env_of(services(env_file)["receiver"])).tokens_file is not None, "CDCLAKE_TOKENS_FILE unset"
+
+    from cdclake import bootstrap
+    from cdclake.exposure import receiver_refusal
+    from receiver.auth import Tokens
+
+    assert receiver_refusal(load(env_of(svcs["receiver"]))) is None
+    receiver, init = svcs["receiver"], svcs["cdclake-init"]
+    path = load(env_of(receiver)).tokens_file
+    assert path is not None and load(env_of(init)).tokens_file == path
+    volume = next(v for v in receiver["volumes"] if str(v).startswith("cdclake-state:"))
+    mount = str(volume).split(":")[1]
+    assert str(path).startswith(mount + "/") and str(volume).endswith(":ro")
+    # What `cdclake init` writes there is what the receiver loads.
+    local = tmp_path / path.relative_to(mount)
+    made = bootstrap.ensure_producer_tokens(load({"CDCLAKE_HOME": str(tmp_path)}, tokens_file=local), print)
+    assert made is not None and Tokens.load(local).producer(f"Bearer {made.read_text().strip()}") is not None
+
+
+def test_spark_connect_takes_a_token_that_its_clients_have(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdclake import connect_server
+
+    svcs = services()
+    svc = svcs["spark-connect"]
+    token = load(env_of(svc)).spark_connect_token
+    assert token == TEST_SECRETS["CDCLAKE_SPARK_CONNECT_TOKEN"]
+    for name in AIRFLOW:  # the tasks are the clients
+        assert load(env_of(svcs[name])).spark_connect_token == token, name
+    for name in ("receiver", "rest-catalog"):
+        assert not load(env_of(svcs[name])).spark_connect_token, f"{name} does not need the Connect token"
+    exec_env: dict[str, str] = {}
+    cmd = run_entry_point(monkeypatch, connect_server, argv(svc), env_of(svc), exec_env)
+    assert exec_env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == token
+    assert token not in " ".join(cmd)

@@ -462,7 +462,7 @@ def test_prefers_spark_connect_and_falls_back_to_a_local_session(
 
     before = (spark.catalog.currentCatalog(), spark.catalog.currentDatabase())
     remote, local = Borrowed(spark), Borrowed(spark)
-    monkeypatch.setattr(cdclake.spark, "connect_session", lambda url: remote)
+    monkeypatch.setattr(cdclake.spark, "connect_session", lambda url, token="": remote)
     monkeypatch.setattr(cdclake.spark, "session", lambda settings, name: local)
     try:
 

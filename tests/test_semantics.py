@@ -4,9 +4,11 @@ run splits, all checked against cdclake/reference.py."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -637,6 +639,13 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
             raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: metadata location changed")
         return {"committed": True}
 
+    @contextlib.contextmanager
+    def unlocked(*args: Any, **kwargs: Any) -> Iterator[str]:
+        yield "test"  # the lock is tests/test_apply_lock.py's subject
+
+    monkeypatch.setattr(job, "table_lock", unlocked)
+    monkeypatch.setattr(job, "refresh_tables", lambda *args: None)
+    monkeypatch.setattr(job, "table_ident", lambda *args: "t")
     monkeypatch.setattr(job, "apply_table", flaky)
     monkeypatch.setattr(job.time, "sleep", lambda s: None)
     assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]

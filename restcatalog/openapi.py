@@ -1,0 +1,176 @@
+"""The OpenAPI 3.1 document of the routes this REST catalog serves, at ``/openapi.json``.
+
+The Iceberg REST spec is the contract; this document describes the subset served here (and the
+two partition listings it adds), with request bodies from the models the handlers parse with,
+so it cannot drift from validation. Schema-driven fuzzing (tests/test_schemathesis.py) reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+from pyiceberg.table import CommitTableRequest
+
+from restcatalog.models import (
+    CommitTransactionRequest,
+    CreateNamespaceRequest,
+    CreateTableRequest,
+    RegisterTableRequest,
+    RenameTableRequest,
+    UpdateNamespacePropertiesRequest,
+)
+
+BODIES = (
+    CreateNamespaceRequest,
+    UpdateNamespacePropertiesRequest,
+    CreateTableRequest,
+    RegisterTableRequest,
+    RenameTableRequest,
+    CommitTableRequest,
+    CommitTransactionRequest,
+)
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "integer"}},
+        }
+    },
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _answers(ok: str, *codes: str) -> dict[str, Any]:
+    errors = {
+        c: {"description": "error", "content": {"application/json": {"schema": _ref("ErrorModel")}}} for c in codes
+    }
+    return {ok: {"description": "success"}, **errors, "401": {"description": "no valid bearer token"}}
+
+
+def _param(name: str, where: str = "query", **schema: Any) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": where == "path", "schema": {"type": "string", **schema}}
+
+
+def document() -> dict[str, Any]:
+    _, top = models_json_schema(
+        [(m, "validation") for m in BODIES], by_alias=True, ref_template="#/components/schemas/{model}"
+    )
+    schemas: dict[str, Any] = {**top.get("$defs", {}), "ErrorModel": ERROR}
+    ns, table = _param("namespace", "path"), _param("table", "path")
+    page = [_param("pageToken"), _param("pageSize")]
+    t_path = "/v1/namespaces/{namespace}/tables/{table}"
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "cdclake Iceberg REST catalog", "version": "1"},
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+        "paths": {
+            "/v1/config": {"get": {"parameters": [_param("warehouse")], "responses": _answers("200", "400")}},
+            "/v1/oauth/tokens": {
+                "post": {
+                    "security": [],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/x-www-form-urlencoded": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "grant_type": {"type": "string"},
+                                        "client_id": {"type": "string"},
+                                        "client_secret": {"type": "string"},
+                                        "subject_token": {"type": "string"},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {"200": {"description": "a token"}, "400": {"description": "bad request"}},
+                }
+            },
+            "/v1/namespaces": {
+                "get": {"parameters": [_param("parent"), *page], "responses": _answers("200", "400", "404")},
+                "post": {"requestBody": _body("CreateNamespaceRequest"), "responses": _answers("200", "400", "409")},
+            },
+            "/v1/namespaces/{namespace}": {
+                "get": {"parameters": [ns], "responses": _answers("200", "400", "404")},
+                "head": {"parameters": [ns], "responses": _answers("204", "400", "404")},
+                "delete": {"parameters": [ns], "responses": _answers("204", "400", "404", "409")},
+            },
+            "/v1/namespaces/{namespace}/properties": {
+                "post": {
+                    "parameters": [ns],
+                    "requestBody": _body("UpdateNamespacePropertiesRequest"),
+                    "responses": _answers("200", "400", "404", "422"),
+                }
+            },
+            "/v1/namespaces/{namespace}/tables": {
+                "get": {"parameters": [ns, *page], "responses": _answers("200", "400", "404")},
+                "post": {
+                    "parameters": [ns],
+                    "requestBody": _body("CreateTableRequest"),
+                    "responses": _answers("200", "400", "404", "409"),
+                },
+            },
+            "/v1/namespaces/{namespace}/register": {
+                "post": {
+                    "parameters": [ns],
+                    "requestBody": _body("RegisterTableRequest"),
+                    "responses": _answers("200", "400", "404", "409"),
+                }
+            },
+            t_path: {
+                "get": {
+                    "parameters": [ns, table, _param("snapshots", enum=["all", "refs"])],
+                    "responses": _answers("200", "400", "404"),
+                },
+                "head": {"parameters": [ns, table], "responses": _answers("204", "400", "404")},
+                "post": {
+                    "parameters": [ns, table],
+                    "requestBody": _body("CommitTableRequest"),
+                    "responses": _answers("200", "400", "404", "409"),
+                },
+                "delete": {
+                    "parameters": [ns, table, _param("purgeRequested", enum=["true", "false"])],
+                    "responses": _answers("204", "400", "404"),
+                },
+            },
+            t_path + "/metrics": {
+                "post": {
+                    "parameters": [ns, table],
+                    "requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}},
+                    "responses": _answers("204", "400"),
+                }
+            },
+            t_path + "/partitions": {
+                "get": {"parameters": [ns, table, _param("snapshot-id")], "responses": _answers("200", "400", "404")}
+            },
+            t_path + "/partition-stats": {
+                "get": {"parameters": [ns, table, _param("snapshot-id")], "responses": _answers("200", "400", "404")}
+            },
+            "/v1/tables/rename": {
+                "post": {"requestBody": _body("RenameTableRequest"), "responses": _answers("204", "400", "404", "409")}
+            },
+            "/v1/transactions/commit": {
+                "post": {
+                    "requestBody": _body("CommitTransactionRequest"),
+                    "responses": _answers("204", "400", "404", "409"),
+                }
+            },
+            "/health": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+        },
+    }
