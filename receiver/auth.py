@@ -13,6 +13,7 @@ file when the setting names one that does not exist (cdclake.bootstrap).
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,17 @@ class Tokens:
         return cls(by_hash)
 
     def producer(self, authorization: str | None) -> Producer | None:
-        """The producer of an ``Authorization: Bearer ...`` value, or None."""
+        """The producer of an ``Authorization: Bearer ...`` value (or of that value as a JSON
+        string, as Debezium Server sends it), or None."""
+        if authorization and len(authorization) > 2 and authorization[0] == authorization[-1] == '"':
+            # Debezium Server's HTTP sink can only send a static header as a record header, which
+            # its header format writes as a JSON string: `Authorization: "Bearer …"`.
+            try:
+                authorization = json.loads(authorization)
+            except ValueError:
+                return None
+            if not isinstance(authorization, str):
+                return None
         if not authorization or authorization[:7].lower() != "bearer ":
             return None
         # Looked up by SHA-256: the secret itself is never compared byte by byte.

@@ -122,9 +122,18 @@ class Prepared:
     digest: str
 
     @classmethod
-    def from_batch(cls, batch: Batch) -> Prepared:
+    def from_batch(cls, batch: Batch, by_identity: bool = False) -> Prepared:
+        """``by_identity``: the batch number is derived from its events' identities (Debezium,
+        :func:`cdclake.debezium.to_batch`), so two landings of one number are the same events
+        whatever else changed: a Debezium restarted after a crash re-sends a change with a new
+        processing time (``ts_ms``), and comparing content would refuse it forever."""
         objects = stage_lines(batch)
-        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, _digest(objects))
+        if by_identity:
+            ids = ",".join(str(e.sequence) for e in batch.events)
+            digest = "ids:" + hashlib.sha256(ids.encode()).hexdigest()
+        else:
+            digest = _digest(objects)
+        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest)
 
 
 @dataclass(frozen=True)

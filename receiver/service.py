@@ -402,5 +402,5 @@ class Service:
     def _land_box(self, box: list[decode.Decoded]) -> tuple[landing.Landed, list[str]]:
         decoded = box.pop()
         assert decoded.batch is not None
-        p = landing.Prepared.from_batch(decoded.batch)
+        p = landing.Prepared.from_batch(decoded.batch, by_identity=decoded.debezium)
         return self.lander.land(p, check_sequence=not decoded.debezium), sorted(p.objects)
