@@ -13,8 +13,8 @@ anything, and the apply job applies the same rule to whatever reached staging an
   ``_partition``, ``_row_id``, ``_last_updated_sequence_number``), in any letter case, are
   reserved: a data column so named hides the metadata column that Spark's row-level MERGE
   needs, and every later apply of the table would fail;
-* no two keys of one object are equal ignoring case (:func:`fold`): Spark and Iceberg look
-  columns up that way;
+* no two keys of one object are equal ignoring case (:func:`fold`, or lower-cased as Java
+  does): Spark and Iceberg look columns up that way;
 * objects and arrays nest at most ``CDCLAKE_MAX_DEPTH`` deep (default 32; the image is depth 1);
 * an image has at most ``CDCLAKE_MAX_COLUMNS`` leaf fields (default 1000), counted as the
   columns it would make: the elements of an array share one shape, so 5,000 numbers are one.
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
@@ -269,7 +270,7 @@ def _keys_problem(keys: set[str], limits: Limits) -> bool:
     joined = "".join(keys)
     if "" in keys or _BAD.search(joined) or max(map(len, keys), default=0) > limits.max_name_chars:
         return True
-    return not (joined == joined.lower() and joined.isascii()) and len({fold(k) for k in keys}) < len(keys)
+    return not (joined == joined.lower() and joined.isascii()) and _clashing(keys)
 
 
 def _keys(obj: dict[str, Any], top: bool, limits: Limits) -> None:
@@ -281,7 +282,7 @@ def _keys(obj: dict[str, Any], top: bool, limits: Limits) -> None:
     if top and (RESERVED_PREFIX in lowered or any(map(is_iceberg_metadata, obj))):
         _name_problem(obj, top, limits)
     # Plain lower-case ASCII names are their own folds, and dict keys are distinct.
-    if not (lowered == joined and joined.isascii()) and len({fold(k) for k in obj}) < len(obj):
+    if not (lowered == joined and joined.isascii()) and _clashing(obj):
         _clash(obj)
 
 
@@ -292,10 +293,20 @@ def _name_problem(obj: dict[str, Any], top: bool, limits: Limits) -> None:
             raise _Bad(why, segment(k))
 
 
+def _clashing(keys: Iterable[str]) -> bool:
+    """Two of the (distinct) keys are one name to some engine: equal after :func:`fold`, or
+    after Java's ``toLowerCase(Locale.ROOT)`` (Iceberg's case-insensitive lookup; Python's
+    ``str.lower`` maps alike), which equates ``İ`` with ``i̇`` where folding does not."""
+    keys = list(keys)
+    return len({fold(k) for k in keys}) < len(keys) or len({k.lower() for k in keys}) < len(keys)
+
+
 def _clash(obj: dict[str, Any]) -> None:
     seen: dict[str, str] = {}
     for k in obj:
         other = seen.setdefault(fold(k), k)
+        if other == k:
+            other = seen.setdefault("\0" + k.lower(), k)  # NUL: no folded name starts with it
         if other != k:
             raise _Bad(
                 f"{other!r} and {k!r} differ only in letter case within one object "
