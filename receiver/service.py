@@ -381,7 +381,8 @@ class Service:
             log.error("landing batch %s of %r failed", seq, source, exc_info=exc)
             # The exception's text can name the host's folders or the store's endpoint: it goes
             # to the log, the producer learns only its kind (and, for the clock, what is wrong).
-            what = "cannot read the staging store's clock" if isinstance(exc, StoreClockError) else "could not land the batch"
+            clock = isinstance(exc, StoreClockError)
+            what = "cannot read the staging store's clock" if clock else "could not land the batch"
             message = f"{what} ({type(exc).__name__}; the receiver's log has the detail)"
         body = nack(
             "internal_error", message, sequence_number=seq, should_retry=True, correlation_id=cid, retryDelayMs=1000
