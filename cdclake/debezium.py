@@ -32,11 +32,12 @@ Row key (``rowId``)
     Debezium's value envelope does not carry the record key, so the key is read from the row
     image: ``after`` for c/r/u, ``before`` for d (with the default ``REPLICA IDENTITY`` Postgres
     puts the primary-key columns in a delete's ``before``). The key columns are ``key_columns``:
-    a sequence of column names for every table, or a mapping ``table -> columns`` (tables not
-    in it use ``("id",)``); default ``("id",)``. One key column: a string value is used as is,
-    any other value JSON-encoded (``42`` -> ``"42"``). Several: the JSON array of the values
-    (``[42,"eu"]``), which cannot be ambiguous. A missing or null key column is refused at its
-    path (``$.payload.after.id``).
+    a sequence of column names for every table, or a mapping ``table -> columns`` (looked up
+    as sent, then lower-cased, then ``"*"``; else ``("id",)``), which the receiver takes from
+    the ``key`` of each table in CDCLAKE_TABLE_CONFIG (:mod:`cdclake.tables`); default
+    ``("id",)``. One key column: a string value is used as is, any other value JSON-encoded
+    (``42`` -> ``"42"``). Several: the JSON array of the values (``[42,"eu"]``), which cannot
+    be ambiguous. A missing or null key column is refused at its path (``$.payload.after.id``).
 
 Ordering (``order``, compared element by element)
     * Postgres (``source.connector == "postgresql"``): ``source.sequence`` is a JSON string
@@ -92,9 +93,12 @@ import msgspec
 from cdclake import events, names
 from cdclake.events import CDCEvent, InvalidBatch, Operation
 
-__all__ = ["DEFAULT_KEY_COLUMNS", "OnlyTombstones", "looks_like_debezium", "to_batch"]
+__all__ = ["DEFAULT_KEY_COLUMNS", "KeyColumns", "OnlyTombstones", "looks_like_debezium", "to_batch"]
 
 DEFAULT_KEY_COLUMNS: tuple[str, ...] = ("id",)
+KeyColumns = Sequence[str] | Mapping[str, Sequence[str]]
+"""Row-key columns: one list for every table, or by table name (as sent, else lower-cased;
+``"*"`` for the rest; tables in neither use ``("id",)``)."""
 MAX_LONG = 2**63 - 1
 
 OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE", "d": "DELETE"}
@@ -198,11 +202,16 @@ def _sanitise_source(name: str) -> str:
     return _SOURCE_BAD.sub("-", name).lstrip("._-")[:128]
 
 
-def _columns_for(key_columns: Sequence[str] | Mapping[str, Sequence[str]], table: str) -> tuple[str, ...]:
+def _columns_for(key_columns: KeyColumns, table: str) -> tuple[str, ...]:
     if isinstance(key_columns, str):
         cols: Sequence[str] = (key_columns,)
     elif isinstance(key_columns, Mapping):
-        cols = key_columns.get(table, DEFAULT_KEY_COLUMNS)
+        cols = (
+            key_columns.get(table)
+            or key_columns.get(table.lower())
+            or key_columns.get("*")
+            or DEFAULT_KEY_COLUMNS
+        )
         cols = (cols,) if isinstance(cols, str) else cols
     else:
         cols = key_columns
@@ -285,7 +294,7 @@ def _mysql_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
 def _event(
     item: dict[str, Any],
     base: str,
-    key_columns: Sequence[str] | Mapping[str, Sequence[str]],
+    key_columns: KeyColumns,
     limits: names.Limits = names.DEFAULT,
 ) -> CDCEvent:
     ppath = base
@@ -431,7 +440,7 @@ def to_batch(
     obj: Any,
     producer: str | None = None,
     *,
-    key_columns: Sequence[str] | Mapping[str, Sequence[str]] = DEFAULT_KEY_COLUMNS,
+    key_columns: KeyColumns = DEFAULT_KEY_COLUMNS,
     limits: names.Limits = names.DEFAULT,
 ) -> events.Batch:
     """One Debezium event or a list of them (parsed JSON) -> a :class:`~cdclake.events.Batch`.

@@ -49,7 +49,7 @@ class Settings:
     tombstone_retention_s: int
     """How long a deleted key's ordering value is kept to stop late events resurrecting it."""
     table_config: Path | None
-    """TOML file with per-table partition spec and merge mode (see cdclake.tables)."""
+    """TOML file with per-table partition spec, merge mode and row key (see cdclake.tables)."""
     staging_url: str = ""
     """``s3://bucket/prefix`` to stage in an S3-compatible store; empty: the local staging_dir."""
     s3_endpoint: str = ""
@@ -70,6 +70,10 @@ class Settings:
     rest_token_ttl_s: int = 3600
     """Lifetime of the access tokens ``POST /v1/oauth/tokens`` issues."""
     rest_max_body_bytes: int = 8 * 1024 * 1024
+    max_debezium_body_bytes: int = 32 * 1024 * 1024
+    """Body limit of ``POST /v1/debezium``: Debezium's HTTP sink sends ``batch.max-size`` events
+    per request whatever their size and gives up on a 413, so it gets more room than
+    ``max_body_bytes``."""
     max_event_bytes: int = 1024 * 1024
     max_name_chars: int = 128
     """Longest column or field name a producer may send (cdclake.names, the door rule)."""
@@ -290,6 +294,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         rest_tokens_file=Path(e["CDCLAKE_REST_TOKENS_FILE"]).resolve() if e.get("CDCLAKE_REST_TOKENS_FILE") else None,
         rest_token_ttl_s=_int(e, "CDCLAKE_REST_TOKEN_TTL_S", 3600, 60),
         rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
+        max_debezium_body_bytes=_int(e, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES", 32 * 1024 * 1024, 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),
         max_depth=_int(e, "CDCLAKE_MAX_DEPTH", 32, 1),

@@ -1,11 +1,21 @@
-"""Per-table options (partition spec, merge mode) from a TOML file named by CDCLAKE_TABLE_CONFIG.
+"""Per-table options (partition spec, merge mode, row key) from a TOML file named by
+CDCLAKE_TABLE_CONFIG.
 
     [defaults]
     merge_mode = "merge-on-read"            # the default; or "copy-on-write"
+    key = ["id"]                            # the default
 
     [tables.orders]
     partition_by = ["days(created_at)", "bucket(16, _cdc_row_id)"]
     merge_mode = "merge-on-read"
+
+    [tables.order_lines]
+    key = ["order_id", "line_no"]           # a composite primary key
+
+``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
+sink posts the row images but never the record key): the receiver reads them from each event's
+row image to make the row's ``rowId`` (:mod:`cdclake.debezium`). Producers of the project's own
+batches give ``rowId`` themselves.
 
 Transforms are Iceberg's Spark DDL ones: ``col`` (identity), ``years|months|days|hours(col)``
 (``day(col)`` and ``hour(col)`` also accepted), ``bucket(N, col)``, ``truncate(N, col)``;
@@ -34,10 +44,15 @@ _TRANSFORM = re.compile(
 )
 
 
+DEFAULT_KEY = ("id",)
+MAX_KEY_COLUMNS = 16
+
+
 @dataclass(frozen=True)
 class TableOptions:
     partition_by: tuple[str, ...] = ()
     merge_mode: str = DEFAULT_MERGE_MODE
+    key: tuple[str, ...] = DEFAULT_KEY
 
     @property
     def properties(self) -> dict[str, str]:
@@ -51,6 +66,11 @@ class TableConfig:
 
     def for_table(self, table: str) -> TableOptions:
         return self.tables.get(table.lower(), self.defaults)
+
+    def key_columns(self) -> dict[str, tuple[str, ...]]:
+        """Row-key columns by lower-case table name, ``"*"`` for every other table (the form
+        :func:`cdclake.debezium.to_batch` takes)."""
+        return {"*": self.defaults.key} | {name: opts.key for name, opts in self.tables.items()}
 
 
 def normalise_transform(text: str, where: str) -> str:
@@ -78,7 +98,7 @@ def transform_column(transform: str) -> str:
 def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
     if not isinstance(raw, dict):
         raise SettingsError(f"{where} must be a table of options")
-    unknown = set(raw) - {"partition_by", "merge_mode"}
+    unknown = set(raw) - {"partition_by", "merge_mode", "key"}
     if unknown:
         raise SettingsError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}")
     mode = raw.get("merge_mode", base.merge_mode)
@@ -87,7 +107,16 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
     parts = raw.get("partition_by", list(base.partition_by))
     if not isinstance(parts, list):
         raise SettingsError(f"{where}.partition_by must be a list of transforms")
-    return TableOptions(tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts), mode)
+    key = raw.get("key", list(base.key))
+    if (
+        not isinstance(key, list)
+        or not 1 <= len(key) <= MAX_KEY_COLUMNS
+        or not all(isinstance(c, str) and c for c in key)
+        or len(set(key)) < len(key)
+    ):
+        raise SettingsError(f"{where}.key must be a list of 1..{MAX_KEY_COLUMNS} distinct column names, got {key!r}")
+    partition_by = tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts)
+    return TableOptions(partition_by, mode, tuple(key))
 
 
 def load_table_config(settings: Settings) -> TableConfig:

@@ -26,6 +26,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from cdclake import events, names, staging
 from cdclake.settings import Settings
+from cdclake.tables import load_table_config
 from receiver import auth, decode, landing, openapi, stream
 from receiver.backlog import Backlog
 from receiver.metrics import Metrics
@@ -107,16 +108,19 @@ def create_app(settings: Settings) -> Starlette:
         return svc
 
     limits = names.Limits.of(settings)
+    keys = load_table_config(settings).key_columns()
 
-    async def ingest(request: Request, parse: Callable[[bytes, str | None], decode.Decoded]) -> Response:
+    async def ingest(
+        request: Request,
+        parse: Callable[[bytes, str | None], decode.Decoded],
+        limit: tuple[int, str] = (settings.max_body_bytes, "CDCLAKE_MAX_BODY_BYTES"),
+    ) -> Response:
         svc = service_of(request)
         who = svc.authenticate(request.headers.get("authorization"))
         if isinstance(who, decode.Rejected):
             return answer_response(refusal(who))
         try:
-            raw = await decode.read_limited(
-                request.stream(), request.headers.get("content-length"), settings.max_body_bytes
-            )
+            raw = await decode.read_limited(request.stream(), request.headers.get("content-length"), *limit)
         except decode.Rejected as exc:
             return answer_response(refusal(exc))
         except ClientDisconnect:  # gone, or closed by a read deadline (receiver.connections)
@@ -125,20 +129,24 @@ def create_app(settings: Settings) -> Starlette:
         producer_id = who.id if who is not None else None
 
         def build() -> decode.Decoded:
-            return parse(decode.decompress(raw, encoding, settings.max_body_bytes), producer_id)
+            return parse(decode.decompress(raw, encoding, *limit), producer_id)
 
         return answer_response(await svc.submit(build, who, "http", len(raw)))
 
     async def post_batch(request: Request) -> Response:
         ctype = request.headers.get("content-type", "")
         params = batch_params(request)
+        max_event = settings.max_event_bytes
         return await ingest(
-            request, lambda body, pid: decode.decode_body(body, ctype, params, settings.max_event_bytes, pid, limits)
+            request, lambda body, pid: decode.decode_body(body, ctype, params, max_event, pid, limits, keys)
         )
 
     async def post_debezium(request: Request) -> Response:
+        # Its own limit: Debezium's sink batches by event count and cannot split a request.
         return await ingest(
-            request, lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid, limits)
+            request,
+            lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid, limits, keys),
+            (settings.max_debezium_body_bytes, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES"),
         )
 
     async def get_source(request: Request) -> Response:

@@ -45,21 +45,23 @@ def too_large(limit: int, what: str = "request body", setting: str = "CDCLAKE_MA
     return Rejected(413, "payload_too_large", f"{what} exceeds {limit} bytes ({setting})", None, {"maxSize": limit})
 
 
-async def read_limited(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
+async def read_limited(
+    chunks: AsyncIterator[bytes], declared: str | None, limit: int, setting: str = "CDCLAKE_MAX_BODY_BYTES"
+) -> bytes:
     """The whole body, refusing as soon as it passes ``limit`` (before reading the rest)."""
     if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
+        raise too_large(limit, setting=setting)
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:
         size += len(chunk)
         if size > limit:
-            raise too_large(limit)
+            raise too_large(limit, setting=setting)
         parts.append(chunk)
     return b"".join(parts)
 
 
-def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
+def decompress(body: bytes, encoding: str | None, limit: int, setting: str = "CDCLAKE_MAX_BODY_BYTES") -> bytes:
     """Undo ``Content-Encoding``: every gzip member / zstd frame, or a 400 (a body that is more
     or less than whole members is refused, never cut short). The decoded size is capped across
     them all (a small bomb stays small)."""
@@ -67,9 +69,9 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     if enc in ("identity", ""):
         return body
     if enc == "gzip":
-        return _gunzip(body, limit)
+        return _gunzip(body, limit, setting)
     if enc == "zstd":
-        return _unzstd(body, limit)
+        return _unzstd(body, limit, setting)
     raise Rejected(
         415, "invalid_format", f"unsupported Content-Encoding {encoding!r} (use gzip or zstd)", "Content-Encoding"
     )
@@ -91,7 +93,7 @@ def _too_many(what: str) -> Rejected:
     return _bad_encoding(f"more than {MAX_MEMBERS} {what} in one body (the limit)")
 
 
-def _gunzip(body: bytes, limit: int) -> bytes:
+def _gunzip(body: bytes, limit: int, setting: str) -> bytes:
     view = memoryview(body)
     out: list[bytes] = []
     size = pos = members = 0
@@ -118,13 +120,13 @@ def _gunzip(body: bytes, limit: int) -> bytes:
                 raise _bad_encoding(f"gzip member {members} is not valid gzip: {exc}") from None
             size += len(part)
             if size > limit or d.unconsumed_tail:
-                raise too_large(limit, "decompressed body")
+                raise too_large(limit, "decompressed body", setting)
             out.append(part)
         pos -= len(d.unused_data)
     return b"".join(out)
 
 
-def _unzstd(body: bytes, limit: int) -> bytes:
+def _unzstd(body: bytes, limit: int, setting: str) -> bytes:
     import zstandard
 
     dctx = zstandard.ZstdDecompressor()
@@ -136,7 +138,7 @@ def _unzstd(body: bytes, limit: int) -> bytes:
         # truncated frame without a word ...
         with dctx.stream_reader(body, read_across_frames=True) as reader:
             if len(reader.read(limit + 1)) > limit:
-                raise too_large(limit, "decompressed body")
+                raise too_large(limit, "decompressed body", setting)
         # ... so the frames are walked again by objects that say whether each one ended; their
         # output is the same bytes, known to fit now.
         while pos < len(body) or not frames:
@@ -207,7 +209,13 @@ def _invalid(exc: events.InvalidBatch) -> Rejected:
     return Rejected(400, "invalid_format", exc.message, exc.field)
 
 
-def decode_json(body: bytes, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT) -> Decoded:
+def decode_json(
+    body: bytes,
+    max_event: int,
+    producer: str | None,
+    limits: names.Limits = names.DEFAULT,
+    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
+) -> Decoded:
     """A seed-format batch, or Debezium change event(s) (one object or an array)."""
     try:
         check_event_sizes(body, max_event)
@@ -219,12 +227,17 @@ def decode_json(body: bytes, max_event: int, producer: str | None, limits: names
             raise _invalid(first) from None
         if not debezium.looks_like_debezium(obj):
             raise _invalid(first) from None
-        return decode_debezium_obj(obj, max_event, producer, limits)
+        return decode_debezium_obj(obj, max_event, producer, limits, keys)
 
 
 def decode_debezium_obj(
-    obj: Any, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT
+    obj: Any,
+    max_event: int,
+    producer: str | None,
+    limits: names.Limits = names.DEFAULT,
+    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
 ) -> Decoded:
+    """``keys``: each table's row-key columns (CDCLAKE_TABLE_CONFIG), see :func:`debezium.to_batch`."""
     records = obj if isinstance(obj, list) else [obj]
     for i, rec in enumerate(records):
         size = len(msgspec.json.encode(rec))
@@ -237,7 +250,7 @@ def decode_debezium_obj(
                 {"maxSize": max_event},
             )
     try:
-        return Decoded(debezium.to_batch(obj, producer=producer, limits=limits), True)
+        return Decoded(debezium.to_batch(obj, producer=producer, key_columns=keys, limits=limits), True)
     except debezium.OnlyTombstones:
         # Debezium sends a tombstone after each delete (for Kafka compaction); refusing a post of
         # only those would make its HTTP sink retry it forever.
@@ -247,14 +260,18 @@ def decode_debezium_obj(
 
 
 def decode_debezium(
-    body: bytes, max_event: int, producer: str | None, limits: names.Limits = names.DEFAULT
+    body: bytes,
+    max_event: int,
+    producer: str | None,
+    limits: names.Limits = names.DEFAULT,
+    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
 ) -> Decoded:
     with depth_guard():
         try:
             obj = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise Rejected(400, "invalid_format", f"malformed JSON: {exc}", "$") from None
-        return decode_debezium_obj(obj, max_event, producer, limits)
+        return decode_debezium_obj(obj, max_event, producer, limits, keys)
 
 
 _one_value = msgspec.json.Decoder(msgspec.Raw)
@@ -315,13 +332,14 @@ def decode_body(
     max_event: int,
     producer: str | None,
     limits: names.Limits = names.DEFAULT,
+    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
 ) -> Decoded:
     ctype = content_type.split(";", 1)[0].strip().lower()
     with depth_guard():
         if ctype in NDJSON_TYPES:
             return decode_ndjson(body, params, max_event, limits)
         if ctype in ("", "application/json", "text/plain"):
-            return decode_json(body, max_event, producer, limits)
+            return decode_json(body, max_event, producer, limits, keys)
         if ctype == "application/vnd.debezium+json" or ctype.endswith("+json"):
-            return decode_debezium(body, max_event, producer, limits)
+            return decode_debezium(body, max_event, producer, limits, keys)
     raise Rejected(415, "invalid_format", f"unsupported Content-Type {content_type!r}", "Content-Type")

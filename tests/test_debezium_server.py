@@ -157,7 +157,10 @@ def plan_pg_keys(pg: LogicalPostgres, root: Path) -> Plan:
     db, tables = "keys", ["order_lines", "tenant_users", "marks"]
     pg.create_db(db)
     pg.sql(w.PG_SCHEMA + w.PG_SNAPSHOT, db)
-    settings = make_settings(root / "home-keys", receiver_port=free_port())
+    # The receiver learns each table's key from the table config, as a user would set it.
+    config = root / "tables-keys.toml"
+    config.write_text("".join(f"[tables.{t}]\nkey = {list(w.KEYS[t])!r}\n".replace("'", '"') for t in tables))
+    settings = make_settings(root / "home-keys", receiver_port=free_port(), table_config=config)
     keys = {f"public.{t}": w.KEYS[t] for t in tables}
     p = Pipeline(root, settings, pg.database(db, tables), Sink(settings.receiver_url), "pg_keys", keys=keys)
 

@@ -81,3 +81,56 @@ def test_debezium_servers_json_quoted_bearer_header_is_accepted(tmp_path: Path) 
     assert quoted.status_code == 200, quoted.text
     assert plain.status_code == 200, plain.text
     assert (wrong.status_code, broken.status_code, not_text.status_code) == (401, 401, 401)
+
+
+def tenant_row(tenant: str, row: int, lsn: int) -> dict[str, Any]:
+    change = pg_change(row, lsn, 1)
+    change["source"]["table"] = "Tenant_Users"
+    change["after"] = {"tenant": tenant, "id": row, "name": f"{tenant}-{row}"}
+    return change
+
+
+def test_composite_keys_from_the_table_config_keep_rows_apart(tmp_path: Path) -> None:
+    """F3: ('acme', 1) and ('globex', 1) share ``id``: with the default key they were one row
+    (the second dropped as a duplicate in one post); the table config's ``key`` keeps them two.
+    A table keyed on other columns lands instead of 400 "key column 'id' missing"."""
+    config = tmp_path / "tables.toml"
+    config.write_text(
+        '[tables.tenant_users]\nkey = ["tenant", "id"]\n[tables.order_lines]\nkey = ["order_id", "line_no"]\n'
+    )
+    line = pg_change(0, 2000, 1)
+    line["source"]["table"] = "order_lines"
+    line["after"] = {"order_id": 7, "line_no": 2, "qty": 3}
+    post = [tenant_row("acme", 1, 1000), tenant_row("globex", 1, 1008), line]
+    with TestClient(create_app(make_settings(tmp_path, table_config=config))) as c:
+        r = c.post("/v1/debezium", json=post)
+    with TestClient(create_app(make_settings(tmp_path / "default"))) as c:
+        default = c.post("/v1/debezium", json=post)
+    assert r.status_code == 200, r.text
+    assert default.status_code == 400 and "key column 'id' missing" in default.json()["errorMessage"]
+    store = staging.LocalStaging(make_settings(tmp_path).staging_dir)
+    row_ids = {
+        t: sorted(json.loads(ln)["rowId"] for k in store.list(t) for ln in store.get(k).splitlines())
+        for t in store.tables()
+    }
+    assert row_ids == {"tenant_users": ['["acme",1]', '["globex",1]'], "order_lines": ["[7,2]"]}
+
+
+def test_debezium_posts_have_their_own_body_limit(tmp_path: Path) -> None:
+    """F7: the sink sends ``batch.max-size`` events per request whatever their size (200 rows of
+    a 40 kB text: 8 MB) and gives up on a 413. /v1/debezium takes CDCLAKE_MAX_DEBEZIUM_BODY_BYTES
+    (32 MiB by default) while our own batches keep CDCLAKE_MAX_BODY_BYTES (4 MiB)."""
+    big = []
+    for i in range(200):
+        change = pg_change(i, 1000 + 8 * i, 1)
+        change["after"]["body"] = f"{i:040d}" * 1000  # 40 kB
+        big.append(change)
+    body = json.dumps(big).encode()
+    assert 8_000_000 < len(body) < 32 * 1024 * 1024
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        ok = c.post("/v1/debezium", content=body)
+    with TestClient(create_app(make_settings(tmp_path / "small", max_debezium_body_bytes=len(body) - 1))) as c:
+        refused = c.post("/v1/debezium", content=body)
+    assert ok.status_code == 200 and ok.json()["details"]["eventsProcessed"] == 200, ok.text[:300]
+    assert refused.status_code == 413
+    assert "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES" in refused.json()["errorMessage"]

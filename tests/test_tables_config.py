@@ -39,6 +39,10 @@ def test_per_table_options_over_defaults(tmp_path: Path) -> None:
         ('[tables.t]\nmerge_mode = "fast"', "[tables.t].merge_mode must be one of"),
         ('[tables.t]\npartition_by = ["bucket(x, id)"]', "[tables.t].partition_by: 'bucket(x, id)' is not a partition"),
         ('[tables.t]\nsort = ["id"]', "unknown option(s) sort"),
+        ("[tables.t]\nkey = []", "[tables.t].key must be a list of 1..16 distinct column names"),
+        ('[tables.t]\nkey = "id"', "[tables.t].key must be a list"),
+        ('[tables.t]\nkey = ["a", "a"]', "[tables.t].key must be a list of 1..16 distinct"),
+        ('[defaults]\nkey = ["", "id"]', "[defaults].key must be a list"),
         ("[tables.t", "CDCLAKE_TABLE_CONFIG="),
     ],
 )
@@ -55,3 +59,22 @@ def test_transforms() -> None:
     assert transform_column("bucket(16, _cdc_row_id)") == "_cdc_row_id"
     assert transform_column("days(created_at)") == "created_at"
     assert transform_column("region") == "region"
+
+
+def test_row_keys_per_table_over_the_default(tmp_path: Path) -> None:
+    p = config(
+        tmp_path,
+        """
+        [defaults]
+        key = ["uuid"]
+        [tables.Order_Lines]
+        key = ["order_id", "line_no"]
+        [tables.orders]
+        merge_mode = "copy-on-write"
+        """,
+    )
+    cfg = load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(p)}))
+    assert cfg.for_table("order_lines").key == ("order_id", "line_no")
+    assert cfg.for_table("orders").key == ("uuid",)  # a table's options start from [defaults]
+    assert cfg.key_columns() == {"*": ("uuid",), "order_lines": ("order_id", "line_no"), "orders": ("uuid",)}
+    assert load_table_config(load({})).key_columns() == {"*": ("id",)}
