@@ -2,8 +2,8 @@
 
 Accepted input (already parsed JSON):
 
-* one event in the full envelope, ``{"schema": ..., "payload": {"op": ..., ...}}`` (the schema is
-  ignored), or flattened (``value.converter.schemas.enable=false``):
+* one event in the full envelope, ``{"schema": ..., "payload": {"op": ..., ...}}`` (the Connect
+  schema types the columns: see "Types" below), or flattened (``value.converter.schemas.enable=false``):
   ``{"before": ..., "after": ..., "source": {...}, "op": "c", "ts_ms": ...}``;
 * a list of such events, in either form or mixed (what Debezium Server's HTTP sink can post).
 
@@ -63,8 +63,16 @@ Event identity (``sequence``)
 Timestamp
     Payload ``ts_ms``, else ``source.ts_ms``; milliseconds.
 
+Types
+    With a schema, each top-level column's Connect type gives the event's ``columnTypes`` and
+    its value is rewritten into the form Spark parses into that type (decimals from base64 to
+    exact text, days to dates, epoch micros to ISO timestamps...): the table of
+    :mod:`cdclake.debezium_types`. The row key is read from the values as sent, so a row keeps
+    its key whether or not the connector sends schemas. Without a schema nothing is declared and
+    the apply infers types from the JSON values.
+
 Images and metadata
-    ``before``/``after`` are passed through unchanged, including Debezium's
+    ``before``/``after`` are otherwise passed through unchanged, including Debezium's
     ``__debezium_unavailable_value`` placeholder (in whatever form it comes: the apply step keeps
     the stored value for it). Metadata: ``connector``, ``db``, ``schema``, ``txId``
     (``transaction.id``, else ``source.txId``), ``lsn`` (Postgres), ``op`` (the Debezium letter); absent
@@ -90,7 +98,7 @@ from typing import Any
 
 import msgspec
 
-from cdclake import events, names
+from cdclake import debezium_types, events, names
 from cdclake.events import CDCEvent, InvalidBatch, Operation
 
 __all__ = ["DEFAULT_KEY_COLUMNS", "KeyColumns", "OnlyTombstones", "looks_like_debezium", "to_batch"]
@@ -351,7 +359,9 @@ def _event(
                 names.check_image(img, limits)
             except names.Refused as exc:
                 raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
+    # From the values as sent, before typing: the same row keeps its key with or without a schema.
     row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
+    column_types = _apply_schema(item.get("schema") if ppath != base else None, images)
 
     if payload.get("ts_ms") is not None:
         timestamp = _long(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
@@ -415,7 +425,20 @@ def _event(
         after=images["after"],
         metadata=metadata,
         order=order,
+        columnTypes=column_types or None,
     )
+
+
+def _apply_schema(schema: Any, images: dict[str, dict[str, Any] | None]) -> dict[str, str]:
+    """Type the images in place by the envelope's Connect schema (:mod:`cdclake.debezium_types`);
+    the declared column types (empty without a schema)."""
+    types: dict[str, str] = {}
+    for name, image in images.items():
+        fields = debezium_types.image_schema(schema, name) if image is not None else None
+        if fields is not None and image is not None:
+            images[name], found = debezium_types.typed(fields, image)
+            types |= found
+    return types
 
 
 def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:

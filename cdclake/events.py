@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from cdclake import names
+from cdclake import coltypes, names
 
 Operation = Literal["INSERT", "UPDATE", "DELETE"]
 
@@ -50,6 +50,9 @@ class CDCEvent(msgspec.Struct, omit_defaults=True):
     """Composite ordering value where one number is not enough (Debezium/Postgres:
     ``[commit LSN, LSN]``), compared element by element; absent means ``[sequence]``. Then
     ``sequence`` only identifies the event (exact duplicates share it)."""
+    columnTypes: dict[str, str] | None = None
+    """Declared types of top-level columns (:mod:`cdclake.coltypes`): a new column takes its
+    declared type instead of one inferred from JSON (Debezium's schema fills it)."""
 
 
 class Batch(msgspec.Struct):
@@ -73,6 +76,7 @@ class StagedEvent(msgspec.Struct, omit_defaults=True):
     after: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
     order: list[int] | None = None
+    columnTypes: dict[str, str] | None = None
 
 
 class InvalidBatch(ValueError):
@@ -123,8 +127,27 @@ def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limi
                 which = "after"
             if ev.after is not None:
                 names.check_image(ev.after, limits)
+            if ev.columnTypes:
+                check_column_types(ev.columnTypes, f"{path}[{i}].columnTypes", limits)
     except names.Refused as exc:
         raise InvalidBatch(f"{path}[{i}].{which}{exc.field}", exc.message) from None
+
+
+def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -> None:
+    """Each declared type in its canonical spelling (rewritten in place), for a lawful name."""
+    if len(types) > limits.max_columns:
+        raise InvalidBatch(
+            path, f"{len(types)} declared types, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
+        )
+    for name, text in types.items():
+        where = path + names.segment(name)
+        why = names.problem(name, True, limits)
+        if why:
+            raise InvalidBatch(where, why)
+        try:
+            types[name] = coltypes.canonical(text)
+        except ValueError as exc:
+            raise InvalidBatch(where, str(exc)) from None
 
 
 def decode_batch(body: bytes, limits: names.Limits = names.DEFAULT) -> Batch:
@@ -149,6 +172,7 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
             after=ev.after,
             metadata=ev.metadata,
             order=ev.order,
+            columnTypes=ev.columnTypes,
         )
         out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}

@@ -59,6 +59,7 @@ from cdclake.storeclock import StoreClock
 from cdclake.tables import TableOptions, load_table_config, transform_column
 from cdclake.watermark import SUMMARY_KEY, Watermark
 from spark_jobs.columns import dedupe_case, extra_values, has_case_variants, not_added, plan_columns, unify_case
+from spark_jobs.declared import FIELD, declared_types
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.schema import (
     conform,
@@ -181,11 +182,25 @@ def read_json(spark: SparkSession, uris: list[str], schema: StructType, options:
     )
 
 
+def run_declared_types(spark: SparkSession, uris: list[str], inferred: StructType) -> dict[str, DataType]:
+    """The run's declared column types (:mod:`spark_jobs.declared`): one more pass over the
+    objects, reading only ``columnTypes``, when some event declares any."""
+    t = inferred[FIELD].dataType if FIELD in inferred.fieldNames() else None
+    if not isinstance(t, StructType):
+        return {}
+    return declared_types(read_json(spark, uris, StructType([StructField(FIELD, t)]), {}), t)
+
+
 def after_read_type(
-    spark: SparkSession, uris: list[str], inferred: StructType, table: StructType | None
+    spark: SparkSession,
+    uris: list[str],
+    inferred: StructType,
+    table: StructType | None,
+    declared: dict[str, DataType] | None = None,
 ) -> StructType | None:
     """The after-image's read type: per column of the run, the table's type where the table has
-    the column (:func:`spark_jobs.schema.read_type`), else the inferred one. None: no after-images.
+    the column (:func:`spark_jobs.schema.read_type`), else the declared one (``declared``, by
+    :func:`cdclake.names.fold`), else the inferred one. None: no after-images.
 
     Where inference merged a struct column's objects with values of another kind into a string,
     the run's new struct fields are found from each value's own shape (one more pass, over that
@@ -215,7 +230,12 @@ def after_read_type(
             shapes[i] = [t for t in (variant_json_type(x) for x in got[f"c{j}"]) if t is not None]
     fields = []
     for i, f in enumerate(columns):
-        read = StringType() if is_reserved(f.name) else read_type(have.get(fold(f.name)), shapes.get(i, [f.dataType]))
+        if is_reserved(f.name):
+            read: DataType | None = StringType()
+        elif fold(f.name) not in have and declared and fold(f.name) in declared:
+            read = declared[fold(f.name)]
+        else:
+            read = read_type(have.get(fold(f.name)), shapes.get(i, [f.dataType]))
         if read is not None:
             fields.append(StructField(f.name, read))
     unified = unify_case(StructType(fields))
@@ -738,7 +758,7 @@ def apply_table(
     uris = [store.uri(k) for k in pending]
     inferred = infer_staging(spark, uris)
     existing = spark.table(ident).schema if spark.catalog.tableExists(ident) else None
-    after = after_read_type(spark, uris, inferred, existing)
+    after = after_read_type(spark, uris, inferred, existing, run_declared_types(spark, uris, inferred))
     events = normalise(read_staging(spark, uris, after))
     phase("read")  # JSON schema inference (a pass over the files)
     deduped = drop_exact_duplicates(events, copies=COPIES)

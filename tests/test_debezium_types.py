@@ -1,0 +1,155 @@
+"""Column types from Debezium's Connect schema (issue 14, F4): through the receiver and the
+apply job into Iceberg with the source's types. The envelopes are written here from Debezium's
+documented encodings (a unit test of the mapping; tests/test_debezium_server.py runs the real
+server); expected values are computed here from the source values, not by the code under test."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal, localcontext
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from cdclake import debezium, debezium_types
+from cdclake.settings import Settings
+from receiver.app import create_app
+from tests.conftest import apply_all
+
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def unscaled(value: Decimal, scale: int) -> str:
+    with localcontext() as ctx:
+        ctx.prec = 100  # the default 28 digits would round a 30-digit value
+        n = int(value.scaleb(scale))
+    return base64.b64encode(n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+
+FIELDS: list[dict[str, Any]] = [
+    {"field": "id", "type": "int64"},
+    {
+        "field": "balance",
+        "type": "bytes",
+        "name": DECIMAL,
+        "parameters": {"scale": "10", "connect.decimal.precision": "38"},
+    },
+    {"field": "amount", "type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+    {"field": "opened", "type": "int32", "name": "io.debezium.time.Date"},
+    {"field": "seen", "type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+    {"field": "seen_tz", "type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+    {"field": "doc", "type": "string", "name": "io.debezium.data.Json"},
+    {"field": "raw", "type": "bytes"},
+    {"field": "small", "type": "int16"},
+    {"field": "r", "type": "float32"},
+    {"field": "tags", "type": "array", "items": {"type": "string"}},
+    {"field": "at", "type": "int64", "name": "io.debezium.time.MicroTime"},
+]
+WANT_TYPES = {
+    "id": "bigint",
+    "balance": "decimal(38,10)",
+    "amount": "decimal(38,18)",
+    "opened": "date",
+    "seen": "timestamp_ntz",
+    "seen_tz": "timestamp",
+    "doc": "string",
+    "raw": "binary",
+    "small": "int",
+    "r": "float",
+    "tags": "array<string>",
+    "at": "bigint",
+}
+
+
+def source_row(i: int, amount: Decimal) -> dict[str, Any]:
+    """Row ``i`` as the source database holds it (the independent expectation)."""
+    return {
+        "id": i,
+        "balance": Decimal(f"{12345678901234567890 * i}.0123456789"),
+        "amount": amount,
+        "opened": date(2026, 1, i),
+        "seen": datetime(2026, 1, 2, 3, 4, 5, 123456),
+        "seen_tz": datetime(2026, 1, 2, 10, 4, 5, 500000, tzinfo=UTC),
+        "doc": '{"a": [1, 2]}',
+        "raw": bytes([0, 255, i]),
+        "small": -3,
+        "r": 1.5,
+        "tags": ["x", None, "y's"],
+        "at": 3_600_000_000 + i,
+    }
+
+
+def as_debezium(row: dict[str, Any]) -> dict[str, Any]:
+    """The row as Debezium's JSON converter writes it."""
+    amount = row["amount"]
+    exponent = -amount.as_tuple().exponent
+    return {
+        **row,
+        "balance": unscaled(row["balance"], 10),
+        "amount": {"scale": exponent, "value": unscaled(amount, exponent)},
+        "opened": (row["opened"] - date(1970, 1, 1)).days,
+        "seen": int((row["seen"] - datetime(1970, 1, 1)).total_seconds()) * 1_000_000 + row["seen"].microsecond,
+        "seen_tz": row["seen_tz"].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "raw": base64.b64encode(row["raw"]).decode(),
+    }
+
+
+def envelope(row: dict[str, Any], lsn: int) -> dict[str, Any]:
+    schema = {"type": "struct", "fields": [{"field": "before", "type": "struct", "fields": FIELDS},
+                                           {"field": "after", "type": "struct", "fields": FIELDS}]}
+    payload = {
+        "before": None,
+        "after": as_debezium(row),
+        "source": {"connector": "postgresql", "name": "pg", "ts_ms": 1, "table": "accounts", "lsn": lsn,
+                   "sequence": json.dumps([str(lsn), str(lsn)])},
+        "op": "c",
+        "ts_ms": 1_767_225_600_000,
+    }
+    return {"schema": schema, "payload": payload}
+
+
+def test_the_mapping_declares_each_columns_type_and_rewrites_its_value() -> None:
+    batch = debezium.to_batch([envelope(source_row(1, Decimal("2.50")), 100)])
+    (ev,) = batch.events
+    assert ev.columnTypes == WANT_TYPES
+    assert ev.after is not None
+    assert ev.after["balance"] == "12345678901234567890.0123456789"
+    assert (ev.after["opened"], ev.after["seen"]) == ("2026-01-01", "2026-01-02T03:04:05.123456")
+    assert ev.rowId == "1"
+
+
+def test_a_value_too_precise_for_its_type_is_text_saying_so_never_rounded() -> None:
+    convert = debezium_types.field_type({"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"})
+    assert convert is not None
+    value = Decimal("1.1234567890123456789012")
+    text = convert[1]({"scale": 22, "value": unscaled(value, 22)})
+    assert text.startswith("1.1234567890123456789012 ") and "does not fit decimal(38,18)" in text
+
+
+@pytest.mark.spark
+def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: Settings) -> None:
+    rows = [source_row(1, Decimal("2.50")), source_row(2, Decimal("-0.000000000000000001"))]
+    too_precise = source_row(3, Decimal("1.1234567890123456789012"))
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/debezium", json=[envelope(row, 100 + i) for i, row in enumerate([*rows, too_precise])])
+    assert r.status_code == 200, r.text
+    (result,) = apply_all(spark, settings)
+    assert (result["applied"], result["quarantined"]) == (2, 1), result
+    df = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts")
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields if not f.name.startswith("_cdc_")}
+    assert types == WANT_TYPES
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    got = {r["id"]: r.asDict() for r in df.collect()}
+    for want in rows:
+        row = {k: v for k, v in got[want["id"]].items() if not k.startswith("_cdc_")}
+        seen_utc = want["seen_tz"].astimezone(UTC).replace(tzinfo=None)  # PySpark hands back naive UTC here
+        assert row == {**want, "seen_tz": seen_utc, "raw": bytearray(want["raw"])}
+    total = spark.sql(f"SELECT sum(balance) AS s FROM {settings.catalog_name}.{settings.namespace}.accounts").first()
+    with localcontext() as ctx:
+        ctx.prec = 100
+        assert total is not None and total["s"] == rows[0]["balance"] + rows[1]["balance"]
+    (q,) = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts__quarantine").collect()
+    assert q["_cdc_row_id"] == "3" and "1.1234567890123456789012" in q["_cdc_reason"] and "amount" in q["_cdc_reason"]
