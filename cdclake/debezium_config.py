@@ -65,12 +65,12 @@ BATCH_MAX_SIZE = 200
 # error (connection refused, timeout) alike: it sleeps retry.interval.ms, a fixed pause that
 # ignores Retry-After, posts the same events again, and after `retries` attempts in all throws,
 # which stops Debezium Server. The receiver's retryable refusals (receiver/service.py,
-# receiver/backlog.py) are 429 rate_limited / connection_limit and 503 shutting_down /
-# internal_error with Retry-After 1, and 503 buffer_full with Retry-After 5 (retryDelayMs 5000),
-# the backpressure answer: it lasts until cdc_apply has applied the backlog, in runs of tens of
-# seconds (README, Freshness) that start at the latest every 5 minutes (the DAG's fallback
-# schedule). So the pause is the longest Retry-After the receiver sends (never sooner than it
-# asks), and 360 attempts ride out at least 30 minutes of refusals or of a receiver that is
+# receiver/backlog.py) are 429 rate_limited (at the default rate) / connection_limit and 503
+# shutting_down / internal_error with Retry-After 1, and 503 buffer_full with Retry-After 5
+# (retryDelayMs 5000), the backpressure answer: it lasts until cdc_apply has applied the backlog,
+# in runs of tens of seconds (README, Freshness) that start at the latest every 5 minutes (the
+# DAG's fallback schedule). So the pause is buffer_full's Retry-After (never sooner than the
+# receiver asks), and 360 attempts ride out at least 30 minutes of refusals or of a receiver that is
 # down: several apply runs and fallback periods, a receiver restart, a slow Airflow. Past that a
 # person is needed, and Debezium stopping (it resumes from its offsets when restarted) is the
 # signal. The price: a refusal that will not change (401, 400, 413) also takes 30 minutes to
