@@ -169,7 +169,7 @@ def test_secrets_never_reach_the_command_line_or_any_output(
     # prefixes of --password-file / --token-file are not accepted either.
     for bad in (["--password", "pw"], ["--token", TOKEN], [f"--token-f={secrets}"]):
         with pytest.raises(SystemExit) as exc:
-            main(["debezium", *PG_ARGS, *bad], settings=make_settings(tmp_path))
+            main(["debezium", *PG_ARGS, f"-o{tmp_path / 'x.properties'}", *bad], settings=make_settings(tmp_path))
         assert exc.value.code == 2
     capsys.readouterr()
 
