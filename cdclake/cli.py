@@ -1,4 +1,4 @@
-"""``cdclake`` command line: demo, up, sql, tables, snapshots, rest."""
+"""``cdclake`` command line: demo, up, sql, tables, snapshots, rest, init, debezium."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from cdclake import debezium_cmd
 from cdclake.airflow_api import AirflowError
 from cdclake.settings import Settings, SettingsError, load
 
@@ -250,7 +251,10 @@ def up(settings: Settings) -> int:
     from cdclake.local import LocalStack
 
     with LocalStack(settings) as stack:
-        stack.say(f"receiver: {settings.receiver_url}/v1/batches")
+        stack.say(
+            f"receiver: {settings.receiver_url}/v1/batches (batches), {settings.receiver_url}/v1/debezium "
+            "(Debezium Server's HTTP sink: `cdclake debezium`)"
+        )
         stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: see the README)")
         stack.say(login_hint(stack))
         stack.say("Ctrl-C stops everything")
@@ -321,6 +325,7 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
         "and (--airflow) Airflow's DB",
     )
     i.add_argument("--airflow", action="store_true", help="also run `airflow db migrate` on CDCLAKE_AIRFLOW_DB_URL")
+    debezium_cmd.add_parser(sub)
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -335,6 +340,8 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
             return snapshots(settings, args.table, args.format)
         if args.cmd == "rest":
             return rest()
+        if args.cmd == "debezium":
+            return debezium_cmd.run(args, settings)
         if args.cmd == "init":
             from cdclake.bootstrap import init
 

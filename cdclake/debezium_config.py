@@ -23,7 +23,12 @@ Settings of Debezium's HTTP sink (``debezium-server-http`` 3.6.0.Final,
 
 The sink posts the record value only: the record key (the table's primary key) never reaches
 the receiver, so key columns come from configuration (``keys``); they are also given to
-Debezium as ``message.key.columns`` for tables without a primary key.
+Debezium as ``message.key.columns`` for tables without a primary key, and :func:`key_toml`
+writes them as the ``[tables.<name>] key = [...]`` lines of CDCLAKE_TABLE_CONFIG, so the
+receiver keys rows the same way.
+
+Invalid input raises :class:`ConfigError` naming the parameter (``tables``, ``keys``, ...);
+``cdclake debezium`` (:mod:`cdclake.debezium_cmd`) names its flag instead.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Database", "Sink", "properties", "render"]
+from cdclake.events import RESERVED_SUFFIXES, SOURCE_PATTERN, TABLE_PATTERN
+from cdclake.tables import DEFAULT_KEY, MAX_KEY_COLUMNS
+
+__all__ = ["ConfigError", "Database", "Sink", "key_toml", "lake_table", "properties", "render"]
 
 Kind = Literal["postgres", "mariadb", "mysql"]
 
@@ -45,7 +53,45 @@ CONNECTOR_CLASS: dict[str, str] = {
 }
 # Debezium Server's own HTTP port (health, metrics) defaults to 8080, Airflow's port.
 DEFAULT_HTTP_PORT = 8089
-_TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+# Recommended sink settings (the defaults of :class:`Sink`, so of ``cdclake debezium``).
+#
+# Batching: measured with tests/bench_debezium.py (README, "Debezium Server's HTTP sink"), one
+# event per request (Debezium's default) moved 11 events/s against the receiver's per-producer
+# rate limit; 200 events per request 975 events/s. 200 also keeps a request small next to
+# CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB: rows up to ~160 KiB), which the sink cannot split.
+BATCH_MAX_SIZE = 200
+# Retries: the sink (3.6.0.Final, HttpChangeConsumer) treats every non-2xx answer and every I/O
+# error (connection refused, timeout) alike: it sleeps retry.interval.ms, a fixed pause that
+# ignores Retry-After, posts the same events again, and after `retries` attempts in all throws,
+# which stops Debezium Server. The receiver's retryable refusals (receiver/service.py,
+# receiver/backlog.py) are 429 rate_limited (at the default rate) / connection_limit and 503
+# shutting_down / internal_error with Retry-After 1, and 503 buffer_full with Retry-After 5
+# (retryDelayMs 5000), the backpressure answer: it lasts until cdc_apply has applied the backlog,
+# in runs of tens of seconds (README, Freshness) that start at the latest every 5 minutes (the
+# DAG's fallback schedule). So the pause is buffer_full's Retry-After (never sooner than the
+# receiver asks), and 360 attempts ride out at least 30 minutes of refusals or of a receiver that is
+# down: several apply runs and fallback periods, a receiver restart, a slow Airflow. Past that a
+# person is needed, and Debezium stopping (it resumes from its offsets when restarted) is the
+# signal. The price: a refusal that will not change (401, 400, 413) also takes 30 minutes to
+# stop it; each attempt logs "Failed to publish batch: <the receiver's answer>" meanwhile.
+RETRY_INTERVAL_MS = 5_000
+RETRIES = 360
+_TABLE = re.compile(TABLE_PATTERN)
+_SOURCE = re.compile(SOURCE_PATTERN)
+# Postgres replication slot names: lower-case letters, digits and underscores, at most 63.
+_SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+_PG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+
+class ConfigError(ValueError):
+    """Invalid input; ``setting`` names the parameter at fault, ``rule`` says what is wrong
+    (never echoing a secret)."""
+
+    def __init__(self, setting: str, rule: str) -> None:
+        super().__init__(f"{setting}: {rule}")
+        self.setting = setting
+        self.rule = rule
 
 
 @dataclass(frozen=True)
@@ -75,9 +121,11 @@ class Sink:
     receiver_url: str
     """Base URL of the receiver, e.g. ``http://127.0.0.1:8000``; ``/v1/debezium`` is appended."""
     batch: bool = True
-    batch_max_size: int = 200
-    retries: int = 5
-    retry_interval_ms: int = 1000
+    batch_max_size: int = BATCH_MAX_SIZE
+    retries: int = RETRIES
+    """Attempts per request in all (Debezium's default 5), then Debezium Server stops."""
+    retry_interval_ms: int = RETRY_INTERVAL_MS
+    """The fixed pause between attempts (Debezium's default 1000)."""
     timeout_ms: int = 60_000
     schemas: bool = True
     """``debezium.format.value.schemas.enable``: the Connect schema beside each event's payload."""
@@ -87,20 +135,77 @@ class Sink:
     """Static headers on every request (through Kafka Connect's ``InsertHeader`` transform)."""
 
 
-def _check(db: Database, sink: Sink, name: str) -> None:
-    if db.kind not in CONNECTOR_CLASS:
-        raise ValueError(f"database kind {db.kind!r}: expected one of {sorted(CONNECTOR_CLASS)}")
+def lake_table(table: str) -> str:
+    """The lake table of a captured ``schema.table``: the receiver keeps ``source.table`` only
+    (lower-cased by staging), so ``public.Orders`` lands in ``orders``."""
+    return table.split(".", 1)[1].lower()
+
+
+def _check_tables(db: Database) -> None:
     if not db.tables:
-        raise ValueError("tables: at least one table to capture")
+        raise ConfigError("tables", "at least one table to capture")
     for t in db.tables:
         if t.count(".") != 1 or not all(t.split(".")):
-            raise ValueError(f"table {t!r}: expected schema.table (Postgres) or database.table (MariaDB/MySQL)")
-        if "," in t:
-            raise ValueError(f"table {t!r}: a comma would split Debezium's table.include.list")
-    if not _TOPIC_PREFIX.match(name):
-        raise ValueError(f"name {name!r}: Debezium's topic.prefix allows only [A-Za-z0-9_.-]")
+            raise ConfigError("tables", f"{t!r}: expected schema.table (Postgres) or database.table (MariaDB/MySQL)")
+        schema, table = t.split(".")
+        # The receiver refuses every event of a table whose name breaks the batch contract.
+        if not _TABLE.match(table) or table.lower().endswith(RESERVED_SUFFIXES):
+            raise ConfigError(
+                "tables",
+                f"{t!r}: the lake table {table!r} must match {TABLE_PATTERN} and not end in "
+                f"{', '.join(RESERVED_SUFFIXES)} (the receiver refuses it otherwise)",
+            )
+        if db.kind != "postgres" and schema != db.name:
+            raise ConfigError(
+                "tables", f"{t!r}: not in database {db.name!r}, the only one Debezium reads (database.include.list)"
+            )
+
+
+def _check_port(setting: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ConfigError(setting, f"{port}: a TCP port is 1..65535")
+
+
+def _check_database(db: Database) -> None:
+    if db.kind not in CONNECTOR_CLASS:
+        raise ConfigError("kind", f"{db.kind!r}: expected one of {sorted(CONNECTOR_CLASS)}")
+    for setting, value in (("host", db.host), ("user", db.user), ("name", db.name)):
+        if not value.strip():
+            raise ConfigError(setting, "must not be empty")
+    _check_port("port", db.port)
+    if db.kind == "postgres":
+        if not _SLOT.match(db.slot):
+            raise ConfigError("slot", f"{db.slot!r}: Postgres slot names are 1-63 of [a-z0-9_]")
+        if not _PG_NAME.match(db.publication):
+            raise ConfigError("publication", f"{db.publication!r}: expected an unquoted Postgres name")
+    elif not 1 <= db.server_id <= 2**32 - 1:
+        raise ConfigError("server_id", f"{db.server_id}: a replication server id is 1..4294967295")
+    _check_tables(db)
+
+
+def _check_sink(sink: Sink) -> None:
+    if not re.match(r"^https?://[^/\s]+", sink.receiver_url):
+        raise ConfigError("receiver_url", f"{sink.receiver_url!r}: expected http(s)://host[:port]")
     if sink.batch_max_size < 1:
-        raise ValueError(f"batch_max_size {sink.batch_max_size}: must be >= 1")
+        raise ConfigError("batch_max_size", f"{sink.batch_max_size}: must be >= 1")
+    if sink.retries < 1:
+        raise ConfigError("retries", f"{sink.retries}: attempts in all, must be >= 1")
+    if sink.retry_interval_ms < 0 or sink.timeout_ms < 1:
+        raise ConfigError("retry_interval_ms", "must be >= 0 (and timeout_ms >= 1)")
+    # A bearer token is one run of visible ASCII (RFC 6750's token68 and then some): anything
+    # else would break the header. The value is never echoed.
+    if sink.token is not None and not re.fullmatch(r"[!-~]+", sink.token):
+        raise ConfigError("token", "a bearer token is visible ASCII without spaces (its value is not shown)")
+
+
+def _check(db: Database, sink: Sink, name: str, http_port: int) -> None:
+    _check_database(db)
+    _check_sink(sink)
+    _check_port("http_port", http_port)
+    # name is Debezium's topic.prefix and each event's source.name: the receiver's source id
+    # (without tokens), so it must be one as sent.
+    if not _SOURCE.match(name):
+        raise ConfigError("name", f"{name!r}: must match {SOURCE_PATTERN} (topic.prefix and the receiver's source id)")
 
 
 def _include_list(tables: Sequence[str]) -> str:
@@ -108,15 +213,56 @@ def _include_list(tables: Sequence[str]) -> str:
     return ",".join(re.escape(t) for t in tables)
 
 
-def _keys(db: Database, keys: Mapping[str, Sequence[str]]) -> str:
-    parts = []
+def _check_keys(db: Database, keys: Mapping[str, Sequence[str]]) -> None:
     for table, cols in keys.items():
         if table not in db.tables:
-            raise ValueError(f"keys: table {table!r} is not in tables {list(db.tables)}")
+            raise ConfigError("keys", f"table {table!r} is not in tables {list(db.tables)}")
+        # message.key.columns separates tables by ; table from columns by : and columns by ,
         if not cols or any(not c or "," in c or ";" in c or ":" in c for c in cols):
-            raise ValueError(f"keys[{table!r}]: column names, none empty or holding , ; or :")
-        parts.append(f"{re.escape(table)}:{','.join(cols)}")
-    return ";".join(parts)
+            raise ConfigError("keys", f"{table!r}: column names, none empty or holding , ; or :")
+        if len(set(cols)) < len(cols) or len(cols) > MAX_KEY_COLUMNS:
+            raise ConfigError("keys", f"{table!r}: 1..{MAX_KEY_COLUMNS} distinct columns (CDCLAKE_TABLE_CONFIG's rule)")
+
+
+def _keys(keys: Mapping[str, Sequence[str]]) -> str:
+    return ";".join(f"{re.escape(table)}:{','.join(cols)}" for table, cols in keys.items())
+
+
+def _toml_str(text: str) -> str:
+    # A TOML basic string: quotes, backslashes and control characters escaped (TOML has no
+    # surrogate escapes, so other characters go as they are, in UTF-8).
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out) + '"'
+
+
+def key_toml(db: Database, keys: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The ``[tables.<lake table>] key = [...]`` lines of CDCLAKE_TABLE_CONFIG for every table of
+    ``db``: its ``keys`` entry, else the default ``["id"]`` written out (so a ``[defaults] key``
+    elsewhere in the file does not change it). Two captured tables landing in one lake table must
+    have the same key."""
+    keys = keys or {}
+    _check_tables(db)
+    _check_keys(db, keys)
+    by_lake: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for t in db.tables:
+        cols = tuple(keys.get(t, DEFAULT_KEY))
+        seen = by_lake.setdefault(lake_table(t), (t, cols))
+        if seen[1] != cols:
+            raise ConfigError(
+                "keys", f"{seen[0]!r} and {t!r} both land in lake table {lake_table(t)!r} with different keys"
+            )
+    blocks = []
+    for lake, (t, cols) in by_lake.items():
+        note = "" if t in keys else "  # the default: give the key if the primary key is not id"
+        blocks.append(f"[tables.{lake}]  # {t}\nkey = [{', '.join(_toml_str(c) for c in cols)}]{note}\n")
+    return "\n".join(blocks)
 
 
 def _source(db: Database, state_dir: Path) -> dict[str, str]:
@@ -165,7 +311,9 @@ def properties(
     ``source``). ``state_dir`` holds the offsets (and MariaDB's schema history): keep it across
     restarts, or Debezium snapshots again. ``extra`` settings are added last and win.
     """
-    _check(db, sink, name)
+    _check(db, sink, name, http_port)
+    if keys:
+        _check_keys(db, keys)
     p = {
         "debezium.sink.type": "http",
         "debezium.sink.http.url": sink.receiver_url.rstrip("/") + "/v1/debezium",
@@ -186,7 +334,7 @@ def properties(
         "quarkus.log.console.json": "false",
     }
     if keys:
-        p["debezium.source.message.key.columns"] = _keys(db, keys)
+        p["debezium.source.message.key.columns"] = _keys(keys)
     headers = dict(sink.headers)
     if sink.token:
         headers["Authorization"] = f"Bearer {sink.token}"

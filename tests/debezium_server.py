@@ -40,6 +40,15 @@ DEBEZIUM_HOME = PROJECT_ROOT / ".debezium" / "debezium-server"
 MARIADBD = Path("/usr/sbin/mariadbd")
 # Quoting hazards for .properties (= : # ! \ ${}), SQL ('), and a non-ASCII letter.
 DBZ_PASSWORD = "dbz p@ss=w:rd#!${x}\\é'"
+# A refusal should end a test run in seconds: Debezium's own retry defaults (5 attempts, 1 s apart),
+# not the recommended 30 minutes of retries (cdclake.debezium_config.RETRIES) a deployment rides
+# backpressure out with. Everything else is the recommended default (batches of 200).
+FAIL_FAST: dict[str, Any] = {"retries": 5, "retry_interval_ms": 1000}
+
+
+def fail_fast_sink(receiver_url: str, **settings: Any) -> debezium_config.Sink:
+    """The recommended :class:`~cdclake.debezium_config.Sink` with :data:`FAIL_FAST` retries."""
+    return debezium_config.Sink(receiver_url, **(FAIL_FAST | settings))
 
 
 def java() -> Path:

@@ -4,11 +4,15 @@ tests/test_debezium_server.py runs a real Debezium Server on the same output).""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cdclake.debezium_config import Database, Sink, properties, render
+from cdclake.debezium_config import ConfigError, Database, Sink, key_toml, properties, render
+from cdclake.tables import load_table_config
+from tests.conftest import make_settings
 
 PG = Database("postgres", "db.internal", 5432, "dbz", "pw", "shop", ("public.customers", "public.order_lines"))
 MARIA = Database("mariadb", "127.0.0.1", 3306, "dbz", "pw", "shop", ("shop.customers",), server_id=7)
@@ -63,18 +67,75 @@ def test_keys_go_to_message_key_columns() -> None:
     assert p["debezium.source.message.key.columns"] == "public\\.order_lines:order_id,line_no"
 
 
+def pg(*tables: str, **kw: Any) -> Database:
+    return Database("postgres", "h", 5432, "u", "p", "d", tables, **kw)
+
+
 @pytest.mark.parametrize(
-    ("db", "name", "keys", "message"),
+    ("db", "sink", "name", "keys", "setting", "message"),
     [
-        (PG, "shop", {"public.nope": ("id",)}, "keys: table 'public.nope' is not in tables"),
-        (PG, "shop", {"public.customers": ("a,b",)}, "keys['public.customers']"),
-        (PG, "my shop", None, "name 'my shop'"),
-        (Database("postgres", "h", 1, "u", "p", "d", ("customers",)), "shop", None, "table 'customers'"),
-        (Database("postgres", "h", 1, "u", "p", "d", ()), "shop", None, "tables: at least one"),
+        (PG, Sink("http://rcv"), "shop", {"public.nope": ("id",)}, "keys", "table 'public.nope' is not in tables"),
+        (PG, Sink("http://rcv"), "shop", {"public.customers": ("a,b",)}, "keys", "'public.customers': column names"),
+        (PG, Sink("http://rcv"), "shop", {"public.customers": ("a", "a")}, "keys", "1..16 distinct columns"),
+        (PG, Sink("http://rcv"), "my shop", None, "name", "'my shop': must match"),
+        (PG, Sink("http://rcv"), "_shop", None, "name", "'_shop': must match"),  # a source id starts alnum
+        (pg("customers"), Sink("http://rcv"), "shop", None, "tables", "'customers': expected schema.table"),
+        (pg(), Sink("http://rcv"), "shop", None, "tables", "at least one table"),
+        (pg("public.order-lines"), Sink("http://rcv"), "shop", None, "tables", "lake table 'order-lines' must match"),
+        (pg("public.x__changes"), Sink("http://rcv"), "shop", None, "tables", "not end in __changes"),
+        (replace(MARIA, tables=("other.x",)), Sink("http://rcv"), "shop", None, "tables", "not in database"),
+        (pg("public.t", slot="My-Slot"), Sink("http://rcv"), "shop", None, "slot", "1-63 of [a-z0-9_]"),
+        (Database("postgres", "h", 0, "u", "p", "d", ("public.t",)), Sink("http://rcv"), "s", None, "port", "1..65535"),
+        (PG, Sink("rcv:8090"), "shop", None, "receiver_url", "expected http(s)://"),
+        (PG, Sink("http://rcv", batch_max_size=0), "shop", None, "batch_max_size", "must be >= 1"),
+        (PG, Sink("http://rcv", retries=0), "shop", None, "retries", "must be >= 1"),
+        (PG, Sink("http://rcv", token="two words"), "shop", None, "token", "visible ASCII without spaces"),
     ],
 )
 def test_errors_name_the_setting(
-    db: Database, name: str, keys: dict[str, tuple[str, ...]] | None, message: str
+    db: Database, sink: Sink, name: str, keys: dict[str, tuple[str, ...]] | None, setting: str, message: str
 ) -> None:
-    with pytest.raises(ValueError, match=re.escape(message)):
-        properties(db, Sink("http://rcv"), name=name, state_dir=Path("/s"), keys=keys)
+    with pytest.raises(ConfigError, match=re.escape(message)) as exc:
+        properties(db, sink, name=name, state_dir=Path("/s"), keys=keys)
+    assert exc.value.setting == setting
+    assert "two words" not in str(exc.value)  # a token is never echoed
+
+
+def test_recommended_retries_outlast_the_receivers_backpressure(tmp_path: Path) -> None:
+    """The sink's fixed pause is no shorter than the Retry-After of the receiver's backpressure
+    answer (503 buffer_full), and its attempts ride out 30 minutes of it (debezium_config)."""
+    from receiver.backlog import Backlog
+
+    backlog = Backlog(make_settings(tmp_path, backlog_soft=1, backlog_hard=1), store=None)  # type: ignore[arg-type]
+    backlog.per_table = {"orders": 1}
+    refusal = backlog.refusal("shop")
+    assert refusal is not None and (refusal.status, refusal.reason) == (503, "buffer_full")
+    sink = Sink("http://rcv")
+    assert sink.retry_interval_ms >= refusal.extra["retryDelayMs"]
+    assert sink.retries * sink.retry_interval_ms >= 30 * 60 * 1000
+    p = properties(PG, sink, name="shop", state_dir=Path("/s"))
+    assert (p["debezium.sink.http.retries"], p["debezium.sink.http.retry.interval.ms"]) == ("360", "5000")
+    assert (p["debezium.sink.http.batch.enabled"], p["debezium.sink.http.batch.max-size"]) == ("true", "200")
+
+
+def test_key_toml_round_trips_through_the_table_config(tmp_path: Path) -> None:
+    db = pg("public.customers", "public.Order_Lines", "audit.customers", "public.odd")
+    keys = {"public.Order_Lines": ("order_id", "line_no"), "public.odd": ('we"ird\\', "é ü", "tab\tx\x7f")}
+    text = key_toml(db, keys)
+    config = tmp_path / "tables.toml"
+    # A [defaults] key elsewhere in the file must not change the tables the command wrote.
+    config.write_text('[defaults]\nkey = ["uuid"]\n\n' + text, encoding="utf-8")
+    loaded = load_table_config(make_settings(tmp_path, table_config=config)).key_columns()
+    assert loaded == {
+        "*": ("uuid",),
+        "customers": ("id",),  # public. and audit.customers land in one lake table, one key
+        "order_lines": ("order_id", "line_no"),
+        "odd": ('we"ird\\', "é ü", "tab\tx\x7f"),
+    }
+
+
+def test_key_toml_refuses_one_lake_table_with_two_keys() -> None:
+    db = pg("public.users", "audit.users")
+    with pytest.raises(ConfigError, match="both land in lake table 'users' with different keys") as exc:
+        key_toml(db, {"audit.users": ("tenant", "id")})
+    assert exc.value.setting == "keys"

@@ -5,7 +5,7 @@ Four runs at once, each with its own database, receiver and Debezium Server
 (tests/debezium_server.py), on the properties cdclake.debezium_config writes: ``pg_basic``
 (plain and typed columns, a TOASTed text across a key change, a column added with a default),
 ``pg_keys`` (composite keys),
-``pg_burst`` (the writer's default sink settings with a bearer token: a 20,000-row transaction
+``pg_burst`` (the writer's default sink settings, retries failing fast, with a bearer token: a 20,000-row transaction
 with Debezium SIGKILLed mid-burst and restarted, then an 8 MB transaction) and ``maria_basic``.
 What landed is compared with the source tables (staging read without the staging module;
 Iceberg through Spark with the source's types, tests/debezium_expect.py).
@@ -28,13 +28,12 @@ from typing import Any
 
 import pytest
 
-from cdclake.debezium_config import Sink
 from cdclake.local import free_port
 from cdclake.settings import Settings
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
 from tests.conftest import fresh_settings, make_settings
-from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fold, missing
+from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, fold, missing
 
 pytestmark = [
     pytest.mark.debezium,
@@ -142,7 +141,7 @@ def plan_pg_basic(pg: LogicalPostgres, root: Path, spark_home: Path) -> Plan:
     pg.create_db(db)
     pg.sql(w.PG_SCHEMA + w.PG_SNAPSHOT, db)
     settings = fresh_settings(spark_home, receiver_port=free_port())
-    p = Pipeline(root, settings, pg.database(db, tables), Sink(settings.receiver_url), "pg_basic")
+    p = Pipeline(root, settings, pg.database(db, tables), fail_fast_sink(settings.receiver_url), "pg_basic")
 
     def workload() -> bool:
         for stmt in w.PG_STREAM:
@@ -162,7 +161,7 @@ def plan_pg_keys(pg: LogicalPostgres, root: Path) -> Plan:
     config.write_text("".join(f"[tables.{t}]\nkey = {list(w.KEYS[t])!r}\n".replace("'", '"') for t in tables))
     settings = make_settings(root / "home-keys", receiver_port=free_port(), table_config=config)
     keys = {f"public.{t}": w.KEYS[t] for t in tables}
-    p = Pipeline(root, settings, pg.database(db, tables), Sink(settings.receiver_url), "pg_keys", keys=keys)
+    p = Pipeline(root, settings, pg.database(db, tables), fail_fast_sink(settings.receiver_url), "pg_keys", keys=keys)
 
     def workload() -> bool:
         for stmt in w.PG_STREAM:
@@ -180,7 +179,9 @@ def plan_pg_burst(pg: LogicalPostgres, root: Path) -> Plan:
     tokens = root / "tokens.toml"
     tokens.write_text(f'[[producer]]\nid = "pg_burst"\ntoken = "{TOKEN}"\ntables = ["*"]\n')
     settings = make_settings(root / "home-burst", receiver_port=free_port(), tokens_file=tokens)
-    p = Pipeline(root, settings, pg.database(db, tables), Sink(settings.receiver_url, token=TOKEN), "pg_burst")
+    p = Pipeline(
+        root, settings, pg.database(db, tables), fail_fast_sink(settings.receiver_url, token=TOKEN), "pg_burst"
+    )
 
     def workload() -> bool:
         pg.sql(w.PG_BURST, db)
@@ -203,7 +204,7 @@ def plan_maria_basic(maria: MariaDB, root: Path, spark_home: Path) -> Plan:
     maria.create_db(db)
     maria.sql(w.MARIA_SCHEMA + w.MARIA_SNAPSHOT, db)
     settings = fresh_settings(spark_home, receiver_port=free_port())
-    p = Pipeline(root, settings, maria.database(db, tables, 5401), Sink(settings.receiver_url), "maria_basic")
+    p = Pipeline(root, settings, maria.database(db, tables, 5401), fail_fast_sink(settings.receiver_url), "maria_basic")
 
     def workload() -> bool:
         for stmt in w.MARIA_STREAM:

@@ -295,6 +295,8 @@ def test_up_says_where_the_admin_password_is_not_what_it_is(
     out = capsys.readouterr().out
     assert password not in out, out
     assert str(tmp_path / "airflow" / "passwords.json") in out, out
+    # Both doors of the receiver, so a Debezium user finds theirs (issue 14, finding 9).
+    assert f"{settings.receiver_url}/v1/batches" in out and f"{settings.receiver_url}/v1/debezium" in out, out
 
 
 # ------------------------------------------------------------------ real processes
