@@ -3,7 +3,8 @@
 POST /v1/batches        a batch: seed JSON, NDJSON events (batch fields in headers/query), or
                         Debezium change event(s); gzip/zstd bodies. Ack once durable.
 POST /v1/debezium       Debezium Server's HTTP sink: one change event or an array.
-WS   /v1/stream         the seed's streaming protocol (connect, cdc_batch, heartbeat, flush_request).
+WS   /ws, /v1/stream    the seed's streaming protocol (connect, cdc_batch, heartbeat, flush_request):
+                        one handler at both paths (/ws as the seed's producers use it).
 GET  /v1/sources/{id}   where a producer stands (lastAckSequence), for resumption over HTTP.
 GET  /health /ready /status /metrics /openapi.json, POST /flush (run cdc_apply now).
 """
@@ -251,12 +252,15 @@ def create_app(settings: Settings) -> Starlette:
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi.document(settings))
 
+    streaming = stream.endpoint(settings)
+
     return Starlette(
         routes=[
             Route("/v1/batches", post_batch, methods=["POST"]),
             Route("/v1/debezium", post_debezium, methods=["POST"]),
             Route("/v1/sources/{source}", get_source, methods=["GET"]),
-            WebSocketRoute("/v1/stream", stream.endpoint(settings)),
+            WebSocketRoute("/v1/stream", streaming),
+            WebSocketRoute("/ws", streaming),
             Route("/health", health, methods=["GET"]),
             Route("/ready", ready, methods=["GET"]),
             Route("/status", status, methods=["GET"]),

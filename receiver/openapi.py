@@ -38,8 +38,24 @@ def document(settings: Settings) -> dict[str, Any]:
                     "eventsProcessed": {"type": "integer"},
                     "bufferUtilization": {"type": "number", "minimum": 0, "maximum": 1},
                     "suggestedDelayMs": {"type": "integer"},
-                    "persistedPath": {"type": "array", "items": {"type": "string"}},
+                    "persistedPath": {"type": "string", "description": "the first of persistedPaths (the seed's)"},
+                    "persistedPaths": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "every staging object of the batch, one per table, sorted",
+                    },
+                    "remainingTokens": {"type": "integer", "description": "this producer's token bucket, after"},
+                    "bucketCapacity": {"type": "integer", "description": "its burst (CDCLAKE_RATE_LIMIT_BURST)"},
                     "circuitBreakerState": {"enum": ["closed", "open"]},
+                },
+            },
+            "rateLimit": {
+                "type": "object",
+                "required": ["limit", "remaining", "resetAt"],
+                "properties": {
+                    "limit": {"type": "integer"},
+                    "remaining": {"type": "integer"},
+                    "resetAt": {"type": "integer", "description": "Unix ms when the bucket is full again"},
                 },
             },
         },
@@ -87,7 +103,15 @@ def document(settings: Settings) -> dict[str, Any]:
     }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "cdclake receiver", "version": "1", "description": "CDC batches in, durable acks out."},
+        "info": {
+            "title": "cdclake receiver",
+            "version": "1",
+            "description": (
+                "CDC batches in, durable acks out. The same batches stream over WebSocket at `/ws` and "
+                "`/v1/stream` (the seed's connect / cdc_batch / heartbeat / flush_request protocol; "
+                "acks as here), which OpenAPI cannot describe: see the README's Producer protocol."
+            ),
+        },
         "components": {
             "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -13,6 +13,7 @@ import msgspec
 
 from cdclake import names
 from cdclake.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
+from receiver.ratelimit import Decision
 
 PROTOCOL_VERSION = 1
 
@@ -35,7 +36,17 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def ack(sequence_number: int, status: str, correlation_id: str | None = None, **details: Any) -> dict[str, Any]:
+def ack(
+    sequence_number: int,
+    status: str,
+    correlation_id: str | None = None,
+    rate_limit: Decision | None = None,
+    **details: Any,
+) -> dict[str, Any]:
+    """The seed's AckMessage. With the token bucket's ``rate_limit`` decision for this batch it
+    carries the seed's ``rateLimit`` block and ``details.remainingTokens`` / ``bucketCapacity``."""
+    if rate_limit is not None:
+        details |= {"remainingTokens": rate_limit.remaining, "bucketCapacity": rate_limit.limit}
     body: dict[str, Any] = {
         "type": "ack",
         "timestamp": now_ms(),
@@ -43,6 +54,8 @@ def ack(sequence_number: int, status: str, correlation_id: str | None = None, **
         "status": status,
         "details": {k: v for k, v in details.items() if v is not None},
     }
+    if rate_limit is not None:
+        body["rateLimit"] = rate_limit.block()
     if correlation_id is not None:
         body["correlationId"] = correlation_id
     return body

@@ -32,6 +32,12 @@ class Decision:
             h["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
         return h
 
+    def block(self) -> dict[str, int]:
+        """The seed's ``rateLimit`` block of an ack. ``resetAt`` is Unix milliseconds, like every
+        other time in the seed's messages (the ``X-RateLimit-Reset`` header is Unix seconds)."""
+        reset_at = int(time.time() * 1000 + math.ceil(self.reset_s * 1000))
+        return {"limit": self.limit, "remaining": self.remaining, "resetAt": reset_at}
+
 
 class RateLimiter:
     def __init__(self, capacity: int, refill_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:

@@ -26,7 +26,7 @@ from receiver.backlog import Backlog
 from receiver.fanout import NewTables, batch_tables
 from receiver.metrics import Metrics
 from receiver.protocol import ack, nack
-from receiver.ratelimit import RateLimiter
+from receiver.ratelimit import Decision, RateLimiter
 from receiver.sources import IDLE_S, Sources
 
 log = logging.getLogger("cdclake.receiver")
@@ -120,6 +120,10 @@ class Service:
         self.on_landed = on_landed
         self.shutting_down = False
         self.in_flight = 0
+        # What the receiver holds that is not durable yet: the seed's status `buffer` (it keeps
+        # no other buffer: a batch is in memory only until it has landed).
+        self.in_flight_bytes = 0
+        self.in_flight_events = 0
         self.idle = threading.Event()
         self.idle.set()
         # Per-source state lives only while its source is known to self.sources (bounded).
@@ -189,12 +193,12 @@ class Service:
             return decode.Rejected(401, "invalid_format", f"{why} (Authorization: Bearer <token>)", "Authorization")
         return producer
 
-    def rate(self, key: str) -> tuple[dict[str, str], decode.Rejected | None]:
+    def rate(self, key: str) -> tuple[Decision, decode.Rejected | None]:
         d = self.limiter.take(key)
         if d.allowed:
-            return d.headers(), None
+            return d, None
         ms = int(d.retry_after_s * 1000) + 1
-        return d.headers(), decode.Rejected(
+        return d, decode.Rejected(
             429,
             "rate_limited",
             f"producer {key!r} is over {self.settings.rate_limit_per_s:g} batches/s "
@@ -231,16 +235,16 @@ class Service:
         producer: auth.Producer | None,
         batch: events.Batch,
         tables: dict[str, int] | decode.Rejected,
-        headers: dict[str, str],
-    ) -> tuple[decode.Rejected | None, dict[str, str]]:
-        """What is checked once the batch is decoded; the rate-limit headers to answer with."""
+        decision: Decision | None,
+    ) -> tuple[decode.Rejected | None, Decision | None]:
+        """What is checked once the batch is decoded; the token bucket's decision to answer with."""
         denied = self.authorise(producer, batch)
         if denied is None and isinstance(tables, decode.Rejected):
             denied = tables
         if denied is None and producer is None:  # the source is known only now
             denied = self.admit(batch.source, authenticated=False)
             if denied is None:
-                headers, denied = self.rate(batch.source)
+                decision, denied = self.rate(batch.source)
             denied = denied or self.gate(batch.source)
         n = self._per_source.get(batch.source, 0)
         if denied is None and n >= self.settings.max_connections_per_source:
@@ -252,7 +256,7 @@ class Service:
                 None,
                 {"retryDelayMs": 100},
             )
-        return denied, headers
+        return denied, decision
 
     # ------------------------------------------------------------------ submit
 
@@ -263,15 +267,21 @@ class Service:
         transport: str,
         size: int,
         correlation_id: str | None = None,
+        sequence_number: int | None = None,
     ) -> Answer:
-        """Decode (``build``), check and land one batch. Runs the blocking part in a worker thread."""
+        """Decode (``build``), check and land one batch. Runs the blocking part in a worker thread.
+
+        ``sequence_number``: the batch's number when the caller knows it before decoding (a
+        WebSocket frame), so a refusal made before decoding still names the batch."""
         self.metrics.inc("cdclake_receiver_bytes_total", size, transport=transport)
         started = time.perf_counter()
         self.in_flight += 1
+        self.in_flight_bytes += size
         self.idle.clear()
         try:
-            answer = await self._submit(build, producer, transport, correlation_id, started)
+            answer = await self._submit(build, producer, transport, correlation_id, sequence_number, started)
         finally:
+            self.in_flight_bytes -= size
             self.in_flight -= 1
             if self.in_flight == 0:
                 self.idle.set()
@@ -293,32 +303,36 @@ class Service:
         producer: auth.Producer | None,
         transport: str,
         cid: str | None,
+        seq_hint: int | None,
         started: float,
     ) -> Answer:
-        headers: dict[str, str] = {}
+        decision: Decision | None = None
         gate = self.gate(producer.id if producer is not None else None)
         if gate is not None:
-            return refusal(gate, None, cid)
+            return refusal(gate, seq_hint, cid)
         if producer is not None:
             self.admit(producer.id, authenticated=True)
-            headers, limited = self.rate(producer.id)
+            decision, limited = self.rate(producer.id)
             if limited is not None:
-                return refusal(limited, None, cid, headers)
+                return refusal(limited, seq_hint, cid, decision.headers())
         try:
             decoded, tables = await anyio.to_thread.run_sync(self._decode, build)
         except decode.Rejected as exc:
-            return refusal(exc, None, cid)
+            return refusal(exc, seq_hint, cid)
         batch = decoded.batch
         if batch is None:
-            return Answer(200, ack(0, "ok", cid, eventsProcessed=0), headers)
+            body = ack(0, "ok", cid, rate_limit=decision, eventsProcessed=0)
+            return Answer(200, body, decision.headers() if decision else {})
         seq, source, n_events = batch.sequenceNumber, batch.source, len(batch.events)
-        denied, headers = self._checks(producer, batch, tables, headers)
+        denied, decision = self._checks(producer, batch, tables, decision)
+        headers = decision.headers() if decision is not None else {}
         new: list[str] = []
         if denied is None and not isinstance(tables, decode.Rejected):
             new, denied = self.new_tables.claim(source, tables)
         if denied is not None:
             return refusal(denied, seq, cid, headers)
         self._per_source[source] = self._per_source.get(source, 0) + 1
+        self.in_flight_events += n_events
         box = [decoded]
         # The worker thread drops the last reference: a big batch is freed off the event loop.
         del decoded, batch
@@ -329,6 +343,7 @@ class Service:
             self.new_tables.give_back(source, new)
             return self._not_landed(exc, source, seq, cid, headers)
         finally:
+            self.in_flight_events -= n_events
             self._per_source[source] -= 1
             if not self._per_source[source]:
                 del self._per_source[source]
@@ -352,14 +367,19 @@ class Service:
                 "transport": transport,
             },
         )
+        paths = shown_paths(landed.paths, self.settings)
         body = ack(
             seq,
             landed.status,
             cid,
+            rate_limit=decision,
             eventsProcessed=n_events,
             bufferUtilization=round(self.backlog.utilization, 4),
             suggestedDelayMs=self.backlog.suggested_delay_ms() or None,
-            persistedPath=shown_paths(landed.paths, self.settings),
+            # The seed's persistedPath is one path; a batch of several tables lands one object
+            # per table, so all of them are in persistedPaths (sorted; the first is persistedPath).
+            persistedPath=min(paths, default=None),
+            persistedPaths=sorted(paths),
             circuitBreakerState=self.lander.breaker,
         )
         return Answer(200, body, headers, staged)

@@ -1,9 +1,16 @@
-"""WebSocket ``/v1/stream``: the seed's streaming protocol.
+"""WebSocket ``/ws`` and ``/v1/stream`` (one handler): the seed's streaming protocol.
 
 Client: ``connect`` (resumption via the server's ``lastAckSequence`` in the ``status`` reply),
 ``cdc_batch``, ``heartbeat``, ``flush_request``. Server: ``ack`` / ``nack`` per batch (same
 answers as HTTP, see :mod:`receiver.service`) and ``status``. Frames are handled in order, one
 at a time per connection, so acks come back in the order batches were sent.
+
+Identity: the seed's ``sourceDoId`` is the producer's source id (the ``source`` of HTTP batches,
+the staging objects' producer, the key of sequence numbers and per-producer limits). The seed's
+producer also names itself in the upgrade's ``X-Client-ID`` (its sourceDoId) and ``X-Shard-Name``
+(its ``sourceShardName``) headers; a connection speaks for one source, so a header that
+contradicts the ``connect`` message is refused, and so is a batch for another ``sourceDoId``.
+With tokens the token's id is the source: ``sourceDoId`` (and so ``X-Client-ID``) must be it.
 """
 
 from __future__ import annotations
@@ -47,18 +54,33 @@ def connected(svc: Service) -> dict[str, int]:
 
 
 def status_message(svc: Service, source: str | None, **extra: Any) -> dict[str, Any]:
-    return {
+    """The seed's StatusMessage. ``buffer.batchCount`` / ``utilization`` are the staging objects
+    waiting for ``cdc_apply`` (what backpressure is measured on); ``eventCount`` /
+    ``totalSizeBytes`` are the batches this receiver holds that are not durable yet."""
+    body: dict[str, Any] = {
         "type": "status",
         "timestamp": now_ms(),
         "state": "receiving" if svc.in_flight else "idle",
         "buffer": {
             "batchCount": svc.backlog.total,
+            "eventCount": svc.in_flight_events,
+            "totalSizeBytes": svc.in_flight_bytes,
             "utilization": round(svc.backlog.utilization, 4),
         },
         "connectedSources": len(connected(svc)),
-        "lastFlushTime": svc.lander.last_landing_ms,
         **extra,
     }
+    # Optional in the seed: absent, not null, until something has landed.
+    if svc.lander.last_landing_ms is not None:
+        body["lastFlushTime"] = svc.lander.last_landing_ms
+    return body
+
+
+def contradiction(header: str, sent: str | None, name: str, value: str | None) -> str | None:
+    """Why the upgrade header ``header`` (value ``sent``) contradicts the connect's ``name``."""
+    if sent is None or value is None or sent == value:
+        return None
+    return f"{header} {sent!r} is not the connect message's {name} {value!r}: a connection speaks for one source"
 
 
 async def receive_by(ws: WebSocket, deadline: float | None) -> Message | None:
@@ -87,7 +109,9 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
             await ws.send_json(refusal(who).body)
             await ws.close(POLICY_VIOLATION, who.message[:120])
             return
+        client_id, shard_header = ws.headers.get("x-client-id"), ws.headers.get("x-shard-name")
         source: str | None = None
+        shard: str | None = None
         connect_by = anyio.current_time() + settings.ws_connect_timeout_s
         try:
             while True:
@@ -130,6 +154,16 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                             )
                         )
                         continue
+                    shard = msg.sourceShardName or shard_header
+                    for header, wrong in (
+                        ("X-Client-ID", contradiction("X-Client-ID", client_id, "sourceDoId", msg.sourceDoId)),
+                        ("X-Shard-Name", contradiction("X-Shard-Name", shard_header, "sourceShardName", shard)),
+                    ):
+                        if wrong is not None:
+                            cid = msg.correlationId
+                            await ws.send_json(nack("invalid_format", wrong, field=header, correlation_id=cid))
+                            await ws.close(POLICY_VIOLATION, f"{header} contradicts connect")
+                            return
                     if who is not None and who.id != msg.sourceDoId:
                         await ws.send_json(
                             nack("invalid_format", f"this token sends as {who.id!r}", field="$.sourceDoId")
@@ -153,18 +187,25 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                         last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
                     except Exception:  # store down: what this process knows (the spool counts)
                         last = svc.lander.cached_sequence(source)
-                    await ws.send_json(
-                        status_message(svc, source, lastAckSequence=last, correlationId=msg.correlationId)
-                    )
+                    extra: dict[str, Any] = {"lastAckSequence": last, "correlationId": msg.correlationId}
+                    if shard is not None:
+                        extra["sourceShardName"] = shard
+                    await ws.send_json(status_message(svc, source, **extra))
                 elif isinstance(msg, CDCBatchMessage):
-                    box = [Batch(msg.sourceDoId, msg.sequenceNumber, msg.events)]
-                    cid = msg.correlationId
+                    seq, cid = msg.sequenceNumber, msg.correlationId
+                    if source is not None and msg.sourceDoId != source:
+                        why = f"this connection is {source!r}'s (its connect), not {msg.sourceDoId!r}'s"
+                        await ws.send_json(
+                            nack("invalid_format", why, sequence_number=seq, correlation_id=cid, field="$.sourceDoId")
+                        )
+                        continue
+                    box = [Batch(msg.sourceDoId, seq, msg.events)]
                     del msg  # the batch must be freed by the worker, not on the loop
 
                     def build(box: list[Batch] = box) -> decode.Decoded:
                         return decode.Decoded(box.pop(), False)
 
-                    answer = await svc.submit(build, who, "ws", len(data), cid)
+                    answer = await svc.submit(build, who, "ws", len(data), cid, seq)
                     await ws.send_json(answer.body)
                 elif isinstance(msg, Heartbeat):
                     await ws.send_json(status_message(svc, source))

@@ -39,7 +39,8 @@ def test_every_acked_batch_is_in_staging_one_object_per_table(client: Any) -> No
         assert body["sequenceNumber"] == b["sequenceNumber"]
         assert body["details"]["eventsProcessed"] == len(b["events"])
         tables = {e["table"] for e in b["events"]}
-        assert len(body["details"]["persistedPath"]) == len(tables)
+        assert len(body["details"]["persistedPaths"]) == len(tables)
+        assert body["details"]["persistedPath"] == body["details"]["persistedPaths"][0]
     landed = staged_events(client.staging)
     sent = [
         {

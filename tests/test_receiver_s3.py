@@ -66,7 +66,7 @@ def test_replicas_sharing_a_bucket_land_each_batch_once(s3server: SeaweedS3, tmp
         r4 = a.post("/v1/batches", json=batch("rep", 4))  # a gap, seen through the bucket
         ready = a.get("/ready").json()
     assert [r.json().get("status") for r in (r1, r2, r3)] == ["persisted", "duplicate", "persisted"]
-    assert r1.json()["details"]["persistedPath"][0].startswith(f"s3://{s3server.bucket}/{prefix}/")
+    assert r1.json()["details"]["persistedPath"].startswith(f"s3://{s3server.bucket}/{prefix}/")
     assert r4.status_code == 409 and r4.json()["expectedSequence"] == 3
     assert ready["status"] == "ready"
     seen = bucket_scan(s3server, prefix)
