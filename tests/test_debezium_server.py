@@ -342,7 +342,6 @@ def test_mariadb_snapshot_and_stream_land_as_the_source_rows(maria_basic: Outcom
     assert_staged_equals_source(maria_basic, "customers", expect.MARIADB["customers"])
 
 
-@xfail(F3)
 def test_composite_keys_keep_rows_apart(pg_keys: Outcome) -> None:
     """``(order_id, line_no)`` and ``(tenant, id)``: rows sharing ``id`` stay distinct rows."""
     assert_staged_equals_source(pg_keys, "order_lines", {})
@@ -379,13 +378,11 @@ def test_column_added_with_a_default_shows_it_for_existing_rows(lake: dict[str, 
     assert {r["id"]: r.get("score") for r in t.rows} == {r["id"]: r["score"] for r in pg_basic.source["docs"]}
 
 
-@xfail(F8, F2)
 def test_sigkill_mid_burst_then_restart_lands_every_row_once(pg_burst: Outcome) -> None:
     """20,000 rows in one transaction; Debezium killed after 5,000 landed, restarted on its offsets."""
     assert len(pg_burst.source["burst"]) == 20_000
     assert_staged_equals_source(pg_burst, "burst", {})
 
 
-@xfail(F8, F2, F7)
 def test_an_8_mb_transaction_gets_through_with_the_default_sink_settings(pg_burst: Outcome) -> None:
     assert_staged_equals_source(pg_burst, "bulky", {})
