@@ -9,7 +9,7 @@ Connect type / logical name                    value as sent                    
 ============================================  ===============================  ================
 int8, int16, int32 (``io.debezium.time.Year``)  number                           int
 int64                                          number                           bigint
-float32 / float64                              number                           float / double
+float (float32) / double (float64)             number                           float / double
 boolean / string                               as is                            boolean / string
 bytes, ``io.debezium.data.Bits``               base64                           binary
 ``org.apache.kafka.connect.data.Decimal``      base64 unscaled two's complement decimal(P,S); P>38: string
@@ -64,6 +64,9 @@ _PRIMITIVE = {
     "int16": "int",
     "int32": "int",
     "int64": "bigint",
+    # Connect's JSON schema says "float" and "double"; its Java enum says FLOAT32/FLOAT64.
+    "float": "float",
+    "double": "double",
     "float32": "float",
     "float64": "double",
     "boolean": "boolean",

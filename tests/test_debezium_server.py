@@ -348,7 +348,6 @@ def test_composite_keys_keep_rows_apart(pg_keys: Outcome) -> None:
     assert_staged_equals_source(pg_keys, "tenant_users", {})
 
 
-@xfail(F4)
 @pytest.mark.parametrize("source", ["pg", "mariadb"])
 def test_iceberg_tables_have_the_source_types_and_values(
     source: str, lake: dict[str, Any], pg_basic: Outcome, maria_basic: Outcome

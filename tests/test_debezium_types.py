@@ -44,7 +44,7 @@ FIELDS: list[dict[str, Any]] = [
     {"field": "doc", "type": "string", "name": "io.debezium.data.Json"},
     {"field": "raw", "type": "bytes"},
     {"field": "small", "type": "int16"},
-    {"field": "r", "type": "float32"},
+    {"field": "r", "type": "float"},  # what Connect's JSON schema calls float32
     {"field": "tags", "type": "array", "items": {"type": "string"}},
     {"field": "at", "type": "int64", "name": "io.debezium.time.MicroTime"},
 ]
