@@ -214,12 +214,7 @@ def _columns_for(key_columns: KeyColumns, table: str) -> tuple[str, ...]:
     if isinstance(key_columns, str):
         cols: Sequence[str] = (key_columns,)
     elif isinstance(key_columns, Mapping):
-        cols = (
-            key_columns.get(table)
-            or key_columns.get(table.lower())
-            or key_columns.get("*")
-            or DEFAULT_KEY_COLUMNS
-        )
+        cols = key_columns.get(table) or key_columns.get(table.lower()) or key_columns.get("*") or DEFAULT_KEY_COLUMNS
         cols = (cols,) if isinstance(cols, str) else cols
     else:
         cols = key_columns

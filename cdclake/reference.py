@@ -4,49 +4,148 @@ batches that were acknowledged, sharing no code with the pipeline."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 UNAVAILABLE = "__debezium_unavailable_value"
 
 
+Rank = tuple[list[int], str, int]
+"""(ordering value, source, sequence): the order events of one key apply in."""
+Ident = tuple[str, int]
+"""(source, sequence): one event, however often delivered."""
+
+
+@dataclass
+class Change:
+    """One accepted event of a run: its rank, key, operation and after-image (placeholders as sent)."""
+
+    rank: Rank
+    ident: Ident
+    rid: str
+    op: str
+    row: dict[str, Any] | None
+
+
+@dataclass
+class Stored:
+    """What a table holds between runs: its rows and the ranks of its deleted keys."""
+
+    rows: dict[str, tuple[Rank, dict[str, Any]]] = field(default_factory=dict)
+    tombs: dict[str, Rank] = field(default_factory=dict)
+
+
+def _rank(source: str, ev: dict[str, Any]) -> Rank:
+    return (list(ev.get("order") or [ev["sequence"]]), source, ev["sequence"])
+
+
 def expected_tables(batches: Iterable[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """table -> rowId -> row, for every row alive after all events, replayed per key in
-    (ordering value, source, sequence) order, the ordering value being ``order`` when the event
-    has one, else ``[sequence]``. A value marked unavailable keeps the key's previous value."""
-    seen: set[tuple[str, int]] = set()
-    history: dict[str, dict[str, list[tuple[tuple[list[int], str, int], str, Any]]]] = {}
+    """table -> rowId -> row, for every row alive after all events, as one apply run over
+    empty tables (:func:`apply_run`); the ordering value is ``order`` when the event has one,
+    else ``[sequence]``."""
+    return {table: {rid: row for rid, (_, row) in s.rows.items()} for table, s in _one_run(batches)[0].items()}
+
+
+def unavailable_quarantine(batches: Iterable[dict[str, Any]]) -> dict[str, set[Ident]]:
+    """table -> the events :func:`expected_tables`' one run quarantines: a placeholder with no
+    earlier value to keep."""
+    return _one_run(batches)[1]
+
+
+def _one_run(batches: Iterable[dict[str, Any]]) -> tuple[dict[str, Stored], dict[str, set[Ident]]]:
+    seen: set[Ident] = set()
+    changes: dict[str, list[Change]] = {}
     for batch in batches:
         for ev in batch["events"]:
             ident = (batch["source"], ev["sequence"])
             if ident in seen:
                 continue
             seen.add(ident)
-            per_key = history.setdefault(ev["table"].lower(), {}).setdefault(ev["rowId"], [])
-            rank = (list(ev.get("order") or [ev["sequence"]]), batch["source"], ev["sequence"])
-            per_key.append((rank, ev["operation"], ev.get("after")))
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for table, keys in history.items():
-        rows = out.setdefault(table, {})
-        for rid, events in keys.items():
-            state = _replay(events)
-            if state is not None:
-                rows[rid] = state
-    return out
+            row = ev.get("after") if ev["operation"] != "DELETE" else None
+            change = Change(_rank(batch["source"], ev), ident, ev["rowId"], ev["operation"], row)
+            changes.setdefault(ev["table"].lower(), []).append(change)
+    stored = {table: Stored() for table in changes}
+    return stored, {table: apply_run(stored[table], cs) for table, cs in changes.items()}
 
 
-def _replay(events: list[tuple[Any, str, Any]]) -> dict[str, Any] | None:
-    """A key's row after its (rank, operation, after-image) events in rank order; None if deleted.
-    A value marked unavailable keeps the key's previous value."""
-    state: dict[str, Any] | None = None
-    for _, op, after in sorted(events, key=lambda e: e[0]):
-        if op == "DELETE":
-            state = None
+def apply_run(stored: Stored, changes: list[Change]) -> set[Ident]:
+    """One apply run of a table's accepted ``changes`` over ``stored`` (updated in place); returns
+    the events quarantined because a placeholder had no value to keep.
+
+    A placeholder (a top-level value ``__debezium_unavailable_value``) takes the value its column
+    had in the key's row just before the event: the newest of the key's earlier events of the
+    run that were not quarantined and its stored row if older than the event. An INSERT whose
+    source position (producer and ordering value) holds exactly one DELETE, of another key, in
+    this run is a primary-key change: its placeholders take the old key's values just before that
+    delete. No row there (a delete, nothing stored, several deletes at the position): the event
+    is quarantined and changes nothing. Then per key the newest accepted event applies, unless
+    the stored row or the key's tombstone is as new."""
+    by_key: dict[str, list[Change]] = {}
+    for c in sorted(changes, key=lambda c: c.rank):
+        by_key.setdefault(c.rid, []).append(c)
+    deletes: dict[tuple[str, tuple[int, ...]], list[Change]] = {}
+    for c in changes:
+        if c.op == "DELETE":
+            deletes.setdefault((c.rank[1], tuple(c.rank[0])), []).append(c)
+    decided: dict[Ident, tuple[bool, dict[str, Any] | None]] = {}  # (accepted, row: None when deleted)
+
+    def before(rid: str, rank: Rank) -> dict[str, Any] | None:
+        newest: tuple[Rank, dict[str, Any] | None] | None = None
+        if rid in stored.rows and stored.rows[rid][0] < rank:
+            newest = stored.rows[rid]
+        for c in reversed(by_key.get(rid, [])):
+            if c.rank < rank and decide(c)[0]:
+                if newest is None or c.rank > newest[0]:
+                    newest = (c.rank, decide(c)[1])
+                break
+        return newest[1] if newest is not None else None
+
+    def decide(c: Change) -> tuple[bool, dict[str, Any] | None]:
+        if c.ident not in decided:
+            decided[c.ident] = _decide(c, before, deletes)
+        return decided[c.ident]
+
+    for c in sorted(changes, key=lambda c: c.rank):
+        decide(c)
+    for rid, cs in by_key.items():
+        kept = [c for c in cs if decided[c.ident][0]]
+        if not kept:
+            continue
+        win = kept[-1]
+        if (rid in stored.rows and stored.rows[rid][0] >= win.rank) or (
+            rid in stored.tombs and stored.tombs[rid] >= win.rank
+        ):
+            continue  # late, or the stored row itself
+        row = decided[win.ident][1]
+        if row is not None:
+            stored.rows[rid] = (win.rank, row)
         else:
-            prev = state or {}
-            state = {c: (prev.get(c) if v == UNAVAILABLE else v) for c, v in after.items()}
-    return state
+            stored.rows.pop(rid, None)
+            stored.tombs[rid] = win.rank
+    return {ident for ident, (accepted, _) in decided.items() if not accepted}
+
+
+Before = Callable[[str, Rank], "dict[str, Any] | None"]
+
+
+def _decide(
+    c: Change, before: Before, deletes: dict[tuple[str, tuple[int, ...]], list[Change]]
+) -> tuple[bool, dict[str, Any] | None]:
+    """(accepted, ``c``'s row: None for a DELETE); not accepted when a placeholder has nothing
+    to take."""
+    if c.op == "DELETE" or c.row is None:
+        return True, None
+    if UNAVAILABLE not in c.row.values():
+        return True, dict(c.row)
+    old = deletes.get((c.rank[1], tuple(c.rank[0])), []) if c.op == "INSERT" else []
+    if len(old) > 1:
+        return False, None  # which key changed is ambiguous
+    changed = len(old) == 1 and old[0].rid != c.rid
+    was = before(old[0].rid, old[0].rank) if changed else before(c.rid, c.rank)
+    if was is None:
+        return False, None
+    return True, {k: (was.get(k) if v == UNAVAILABLE else v) for k, v in c.row.items()}
 
 
 def normalise_row(value: Any) -> Any:
@@ -115,7 +214,8 @@ def diff(expected: dict[str, dict[str, Any]], actual: dict[str, dict[str, Any]])
 #     null     fits every column.
 #   An event with a value that does not fit is quarantined with its reason and changes no row;
 #   the rest of its run applies. Debezium's unavailable placeholder (a top-level value) fits any
-#   column: the key keeps its previous value.
+#   column: it takes the row's value just before the event, a key change's INSERT the old key's,
+#   and with no row to take it from its event is quarantined (:func:`apply_run`).
 # * Every event (producer, sequence) is decided once, by the first run that reads it: delivered
 #   again later, under any batch number, it is a duplicate: logged neither in the change history
 #   nor the quarantine again, applied never again.
@@ -283,8 +383,7 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
     the re-run finishes the crashed run's objects with the same decisions, and a crashed run's
     schema changes are the re-run's own."""
     out = Expected()
-    Rank = tuple[list[int], str, int]  # (ordering value, source, sequence)
-    accepted: dict[str, dict[tuple[str, int], tuple[Rank, str, str, Any]]] = {}
+    stored: dict[str, Stored] = {}
     for run in runs:
         per_table: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         for batch in run:
@@ -296,35 +395,37 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
             assert isinstance(run_type, dict)
             types = out.types[table] = run_type
             quarantined = out.quarantined.setdefault(table, set())
-            done = accepted.setdefault(table, {})
+            done = out.changes.setdefault(table, set())
+            fresh: dict[Ident, Change] = {}
             for source, ev in events:
                 ident = (source, ev["sequence"])
-                if ident in done or ident in quarantined:
+                if ident in done or ident in quarantined or ident in fresh:
                     continue  # decided by an earlier run or delivery: a duplicate
-                row, ok = None, True
-                if ev["operation"] != "DELETE":
-                    row = {}
-                    for c, v in (ev.get("after") or {}).items():
-                        if v == UNAVAILABLE:
-                            row[c] = v  # not a value: the key keeps its previous one
-                            continue
-                        if c not in types:
-                            continue  # only ever empty objects: no column
-                        row[c], good = fit(v, types[c])
-                        ok = ok and good
+                row, ok = _fit_image(ev, types)
                 if not ok:
                     quarantined.add(ident)
                 else:
-                    rank = (list(ev.get("order") or [ev["sequence"]]), source, ev["sequence"])
-                    done[ident] = (rank, ev["rowId"], ev["operation"], row)
-    for table, done in accepted.items():
-        out.changes[table] = set(done)
-        per_key: dict[str, list[tuple[Rank, str, Any]]] = {}
-        for rank, rid, op, row in done.values():
-            per_key.setdefault(rid, []).append((rank, op, row))
-        rows = out.tables.setdefault(table, {})
-        for rid, changes in per_key.items():
-            state = _replay(changes)
-            if state is not None:
-                rows[rid] = state
+                    fresh[ident] = Change(_rank(source, ev), ident, ev["rowId"], ev["operation"], row)
+            held = apply_run(stored.setdefault(table, Stored()), list(fresh.values()))
+            quarantined |= held
+            done |= set(fresh) - held
+    for table, s in stored.items():
+        out.tables[table] = {rid: row for rid, (_, row) in s.rows.items()}
     return out
+
+
+def _fit_image(ev: dict[str, Any], types: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """An event's after-image as the table's types hold it, and whether every value fits."""
+    if ev["operation"] == "DELETE":
+        return None, True
+    row: dict[str, Any] = {}
+    ok = True
+    for c, v in (ev.get("after") or {}).items():
+        if v == UNAVAILABLE:
+            row[c] = v  # not a value: the key keeps its previous one
+            continue
+        if c not in types:
+            continue  # only ever empty objects: no column
+        row[c], good = fit(v, types[c])
+        ok = ok and good
+    return row, ok

@@ -25,8 +25,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # Property names (their endings) that carry a login or key.
-_CREDENTIALS = (".jdbc.user", ".jdbc.password", ".s3.access-key-id", ".s3.secret-access-key", "fs.s3a.access.key",
-                "fs.s3a.secret.key")
+_CREDENTIALS = (
+    ".jdbc.user",
+    ".jdbc.password",
+    ".s3.access-key-id",
+    ".s3.secret-access-key",
+    "fs.s3a.access.key",
+    "fs.s3a.secret.key",
+)
 
 REQUIRED_JARS = ("iceberg-spark-runtime-", "iceberg-aws-bundle-", "sqlite-jdbc-", "hadoop-aws-")
 
