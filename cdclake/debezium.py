@@ -69,7 +69,9 @@ Types
     exact text, days to dates, epoch micros to ISO timestamps...): the table of
     :mod:`cdclake.debezium_types`. The row key is read from the values as sent, so a row keeps
     its key whether or not the connector sends schemas. Without a schema nothing is declared and
-    the apply infers types from the JSON values.
+    the apply infers types from the JSON values. A field's non-null ``default``, converted the
+    same way, goes in the event's ``columnDefaults`` (rows that predate a column added with a
+    default get it: :mod:`spark_jobs.backfill`).
 
 Images and metadata
     ``before``/``after`` are otherwise passed through unchanged, including Debezium's
