@@ -69,7 +69,9 @@ Types
     exact text, days to dates, epoch micros to ISO timestamps...): the table of
     :mod:`cdclake.debezium_types`. The row key is read from the values as sent, so a row keeps
     its key whether or not the connector sends schemas. Without a schema nothing is declared and
-    the apply infers types from the JSON values.
+    the apply infers types from the JSON values. A field's non-null ``default``, converted the
+    same way, goes in the event's ``columnDefaults`` (rows that predate a column added with a
+    default get it: :mod:`spark_jobs.backfill`).
 
 Images and metadata
     ``before``/``after`` are otherwise passed through unchanged, including Debezium's
@@ -356,7 +358,7 @@ def _event(
                 raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
     row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
-    column_types = _apply_schema(item.get("schema") if ppath != base else None, images)
+    column_types, column_defaults = _apply_schema(item.get("schema") if ppath != base else None, images)
 
     if payload.get("ts_ms") is not None:
         timestamp = _long(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
@@ -421,19 +423,22 @@ def _event(
         metadata=metadata,
         order=order,
         columnTypes=column_types or None,
+        columnDefaults=column_defaults or None,
     )
 
 
-def _apply_schema(schema: Any, images: dict[str, dict[str, Any] | None]) -> dict[str, str]:
+def _apply_schema(schema: Any, images: dict[str, dict[str, Any] | None]) -> tuple[dict[str, str], dict[str, Any]]:
     """Type the images in place by the envelope's Connect schema (:mod:`cdclake.debezium_types`);
-    the declared column types (empty without a schema)."""
+    the declared column types and defaults (empty without a schema)."""
     types: dict[str, str] = {}
+    defaults: dict[str, Any] = {}
     for name, image in images.items():
         fields = debezium_types.image_schema(schema, name) if image is not None else None
         if fields is not None and image is not None:
-            images[name], found = debezium_types.typed(fields, image)
+            images[name], found, given = debezium_types.typed(fields, image)
             types |= found
-    return types
+            defaults |= given
+    return types, defaults
 
 
 def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:

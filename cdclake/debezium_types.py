@@ -244,10 +244,14 @@ def image_schema(envelope_schema: Any, image: str) -> list[dict[str, Any]] | Non
     return None
 
 
-def typed(fields: list[dict[str, Any]], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``image`` with its values converted, and the declared types of its columns."""
+def typed(fields: list[dict[str, Any]], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """``image`` with its values converted, the declared types of its columns, and their
+    defaults (a field schema's non-null ``default``, converted like a value: a Decimal default
+    comes base64 too). A default that converts to no JSON scalar (an array's) is left out: the
+    apply could not cast it, and the door refuses it."""
     out = dict(image)
     types: dict[str, str] = {}
+    defaults: dict[str, Any] = {}
     for f in fields:
         name = f["field"]
         found = field_type(f)
@@ -257,4 +261,8 @@ def typed(fields: list[dict[str, Any]], image: dict[str, Any]) -> tuple[dict[str
         v = out.get(name)
         if v is not None and v != UNAVAILABLE:
             out[name] = convert(v)
-    return out, types
+        if f.get("default") is not None:
+            d = convert(f["default"])
+            if isinstance(d, str | int | float):
+                defaults[name] = d
+    return out, types, defaults

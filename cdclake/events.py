@@ -53,6 +53,11 @@ class CDCEvent(msgspec.Struct, omit_defaults=True):
     columnTypes: dict[str, str] | None = None
     """Declared types of top-level columns (:mod:`cdclake.coltypes`): a new column takes its
     declared type instead of one inferred from JSON (Debezium's schema fills it)."""
+    columnDefaults: dict[str, Any] | None = None
+    """Source defaults of top-level columns (JSON scalars, in the form of the column's values):
+    when the apply adds such a column, rows written before it existed get the default instead of
+    NULL, as the source's ``ALTER TABLE ... ADD COLUMN ... DEFAULT`` gave them (Debezium's schema
+    fills it)."""
 
 
 class Batch(msgspec.Struct):
@@ -77,6 +82,7 @@ class StagedEvent(msgspec.Struct, omit_defaults=True):
     metadata: dict[str, Any] | None = None
     order: list[int] | None = None
     columnTypes: dict[str, str] | None = None
+    columnDefaults: dict[str, Any] | None = None
 
 
 class InvalidBatch(ValueError):
@@ -129,6 +135,8 @@ def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limi
                 names.check_image(ev.after, limits)
             if ev.columnTypes:
                 check_column_types(ev.columnTypes, f"{path}[{i}].columnTypes", limits)
+            if ev.columnDefaults:
+                check_column_defaults(ev.columnDefaults, f"{path}[{i}].columnDefaults", limits)
     except names.Refused as exc:
         raise InvalidBatch(f"{path}[{i}].{which}{exc.field}", exc.message) from None
 
@@ -148,6 +156,23 @@ def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -
             types[name] = coltypes.canonical(text)
         except ValueError as exc:
             raise InvalidBatch(where, str(exc)) from None
+
+
+def check_column_defaults(defaults: dict[str, Any], path: str, limits: names.Limits) -> None:
+    """A lawful name for each default, and a JSON scalar for its value: the apply casts the
+    value's text to the column's type, which a null, object or array cannot be."""
+    if len(defaults) > limits.max_columns:
+        raise InvalidBatch(
+            path, f"{len(defaults)} declared defaults, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
+        )
+    for name, value in defaults.items():
+        where = path + names.segment(name)
+        why = names.problem(name, True, limits)
+        if why:
+            raise InvalidBatch(where, why)
+        if not isinstance(value, str | int | float):  # bool is an int
+            kind = "null" if value is None else "an object" if isinstance(value, dict) else "an array"
+            raise InvalidBatch(where, f"a default must be a string, number or boolean, got {kind}")
 
 
 def decode_batch(body: bytes, limits: names.Limits = names.DEFAULT) -> Batch:
@@ -173,6 +198,7 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
             metadata=ev.metadata,
             order=ev.order,
             columnTypes=ev.columnTypes,
+            columnDefaults=ev.columnDefaults,
         )
         out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}

@@ -58,8 +58,9 @@ from cdclake.spark import table_ident
 from cdclake.storeclock import StoreClock
 from cdclake.tables import TableOptions, load_table_config, transform_column
 from cdclake.watermark import SUMMARY_KEY, Watermark
+from spark_jobs import backfill
 from spark_jobs.columns import dedupe_case, extra_values, has_case_variants, not_added, plan_columns, unify_case
-from spark_jobs.declared import FIELD, declared_types
+from spark_jobs.declared import Declared, declared, read_schema
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.schema import (
     conform,
@@ -114,6 +115,9 @@ HISTORY_OBJECT = "_cdc_object"  # the staging object an event of __changes/__qua
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
+# Between a default backfill's table property and its column (spark_jobs.backfill): only a run
+# that adds such a column passes it, so it is not among the points every run passes.
+MARK_CRASH = "after-default-mark"
 PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
 
 TABLE_PROPERTIES = {"format-version": "2"}
@@ -184,13 +188,12 @@ def read_json(spark: SparkSession, uris: list[str], schema: StructType, options:
     )
 
 
-def run_declared_types(spark: SparkSession, uris: list[str], inferred: StructType) -> dict[str, DataType]:
-    """The run's declared column types (:mod:`spark_jobs.declared`): one more pass over the
-    objects, reading only ``columnTypes``, when some event declares any."""
-    t = inferred[FIELD].dataType if FIELD in inferred.fieldNames() else None
-    if not isinstance(t, StructType):
-        return {}
-    return declared_types(read_json(spark, uris, StructType([StructField(FIELD, t)]), {}), t)
+def run_declared_types(spark: SparkSession, uris: list[str], inferred: StructType) -> Declared:
+    """The run's declared column types and defaults (:mod:`spark_jobs.declared`): one more pass
+    over the objects, reading only ``columnTypes`` (and ``columnDefaults`` with the ordering
+    fields), when some event declares any."""
+    schema = read_schema(inferred)
+    return Declared() if schema is None else declared(read_json(spark, uris, schema, {}))
 
 
 def after_read_type(
@@ -733,6 +736,8 @@ def ensure_table(
     key: bool = True,
     options: TableOptions | None = None,
     limits: Limits | None = None,
+    defaults: Declared | None = None,
+    crash_at: str | None = None,
 ) -> StructType:
     """Create the table from the first after-images, add what it lacks, widen what may widen,
     and bring partitioning and merge mode in line with the table's configured options.
@@ -741,26 +746,33 @@ def ensure_table(
     rule and ``CDCLAKE_MAX_COLUMNS`` allow (:func:`spark_jobs.columns.plan_columns`); whatever is
     not added makes :func:`fit_to_table` quarantine the events that hold a value there. Tables
     are created from a schema through the catalog API; ALTER statements name columns only
-    through spark_jobs.sqltext, which quotes them."""
+    through spark_jobs.sqltext, which quotes them.
+
+    A top-level column with a declared default (``defaults``) that rows may predate is added
+    after its backfill is recorded (:mod:`spark_jobs.backfill`), also in a table created now."""
     wanted = [f for f in rows.schema.fields if f.name not in WORK_COLUMNS]
     src = StructType([f for f in wanted if f.name not in SYSTEM_COLUMNS])
     exists = spark.catalog.tableExists(ident)
     target = spark.table(ident).schema if exists else StructType([])
     users = StructType([f for f in target.fields if f.name not in SYSTEM_COLUMNS])
     adds = plan_columns(missing_fields(src, users), users, limits)
+    fills = backfill.planned(defaults, adds, created=not exists) if defaults else {}
     if not exists:
         top = {path[0]: t for path, t in adds if len(path) == 1}
         fields = [
             StructField(f.name, top.get(f.name, f.dataType), not (key and f.name == KEY))
             for f in wanted
-            if f.name in SYSTEM_COLUMNS or f.name in top
+            if f.name in SYSTEM_COLUMNS or (f.name in top and f.name not in fills)
         ]
         props = {**TABLE_PROPERTIES, **(options or TableOptions()).properties}
         create_table(spark, ident, StructType(fields), props, key)
-        target, adds = spark.table(ident).schema, []
+        target, adds = spark.table(ident).schema, [((c,), top[c]) for c in fills]
     have = {f.name for f in target.fields}
     adds = [((f.name,), f.dataType) for f in wanted if f.name in SYSTEM_COLUMNS and f.name not in have] + adds
     widen = widenings(src, target)
+    if fills:
+        backfill.mark(spark, ident, fills)
+        _crash(MARK_CRASH, crash_at)
     for path, t in adds:
         spark.sql(f"ALTER TABLE {ident} ADD COLUMN {quote_path(path)} {sql_type(t)}")
     for path, t in widen:
@@ -924,6 +936,7 @@ def apply_table(
     result: dict[str, Any] = {"table": table, "objects": len(pending), "pending_total": len(unconsumed)}
     if not pending:
         result["committed"] = False
+        _fill_defaults(spark, settings, table, result)
         return result
     if resumed:
         result["resumed"] = True
@@ -940,13 +953,15 @@ def apply_table(
     uris = [store.uri(k) for k in pending]
     inferred = infer_staging(spark, uris)
     existing = spark.table(ident).schema if spark.catalog.tableExists(ident) else None
-    after = after_read_type(spark, uris, inferred, existing, run_declared_types(spark, uris, inferred))
+    declared = run_declared_types(spark, uris, inferred)
+    after = after_read_type(spark, uris, inferred, existing, declared.types)
     events = normalise(read_staging(spark, uris, after))
     phase("read")  # JSON schema inference (a pass over the files)
     deduped = drop_exact_duplicates(events, copies=COPIES)
     rows = mark_unavailable(flatten(deduped))
     limits = Limits.of(settings)
-    target = ensure_table(spark, ident, rows, options=load_table_config(settings).for_table(table), limits=limits)
+    options = load_table_config(settings).for_table(table)
+    target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
     # Cached with every column: which events the parser calls corrupt depends on the columns a
     # scan reads, so every later use must see this one parse.
     fitted = fit_to_table(rows, target, limits).cache()
@@ -1095,10 +1110,22 @@ def apply_table(
         commit_always(spark, settings, ident, target, before)
     _crash("after-commit", crash_at)
     phase("merge")
+    _fill_defaults(spark, settings, table, result)
 
     fitted.unpersist()
     result.update(committed=True, **counts, seconds=round(time.monotonic() - t0, 2), phases=phases)
     return result
+
+
+def _fill_defaults(spark: SparkSession, settings: Settings, table: str, result: dict[str, Any]) -> None:
+    """The backfills the table records (:mod:`spark_jobs.backfill`), after this run's MERGE or a
+    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none."""
+    t = load_table(settings, table)  # pyiceberg: the properties in milliseconds, no Spark job
+    if t is None or not any(k.startswith(backfill.PREFIX) for k in t.properties):
+        return
+    filled = backfill.fill(spark, table_ident(settings, table), t.properties, f"coalesce({ORDER}, array({SEQ}))")
+    if filled:
+        result["defaults_filled"] = filled
 
 
 def _aux_watermarks(settings: Settings, table: str) -> list[Watermark]:

@@ -39,8 +39,11 @@ def sql_type(t: DataType) -> str:
 
 
 def string_literal(text: str) -> str:
-    """A SQL string literal (table properties; never producer data)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A SQL string literal (table properties: a default backfill's holds producer data).
+    ``${`` is written ``$\\{``: Spark substitutes ``${var}``, ``${env:NAME}``... in SQL text
+    before parsing (``spark.sql.variable.substitute``), and reads ``\\{`` back as ``{``."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'").replace("${", "$\\{")
+    return "'" + escaped + "'"
 
 
 def col(name: str) -> Column:

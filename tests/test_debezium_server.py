@@ -370,7 +370,6 @@ def test_toasted_text_survives_a_key_change(lake: dict[str, Any], pg_basic: Outc
     assert {r["id"]: r["body"] for r in t.rows}.get(10) == want
 
 
-@xfail(F5)
 def test_column_added_with_a_default_shows_it_for_existing_rows(lake: dict[str, Any], pg_basic: Outcome) -> None:
     t = lake.get("pg/docs")
     assert isinstance(t, LakeTable), pg_basic.why()
