@@ -160,6 +160,10 @@ def job_conf(settings: Settings) -> dict[str, str]:
         "spark.driver.bindAddress": "127.0.0.1" if settings.spark_driver_host == "127.0.0.1" else "0.0.0.0",
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.sql.session.timeZone": "UTC",
+        # Spark replaces ${var}, ${env:NAME} and ${system:name} in SQL text before parsing, even
+        # inside quoted identifiers and literals: a producer's column `${env:CDCLAKE_S3_SECRET_KEY}`
+        # would have become the secret. Statements here never use variables.
+        "spark.sql.variable.substitute": "false",
         **s3a_conf(settings),
         **cluster_conf(settings),
     }

@@ -309,3 +309,21 @@ def test_names_the_door_refuses_never_stall_the_apply(spark: Any, settings: Sett
     land_bypassing_door(settings, ev("UPDATE", "5", {"id": 5, "ok": "again"}))
     (r,) = apply_all(spark, settings)
     assert r["applied"] == 1 and table_rows(spark, ident)["5"]["ok"] == "again"
+
+
+def test_a_name_like_a_spark_variable_is_never_substituted(spark: Any, settings: Settings) -> None:
+    """Spark replaced ``${env:NAME}`` in SQL text, quoted identifiers included: a column named
+    ``${env:HOME}`` became a column named after the receiver host's home folder (any secret in
+    the environment could be read back this way). Checked without SQL text of our own."""
+    image = {"id": 1, "${env:HOME}": "top", "doc": {"${env:USER}": "nested"}}
+    land(settings, ev("INSERT", "1", image))
+    apply_all(spark, settings)
+    land(settings, ev("INSERT", "2", {"id": 2, "${env:PATH}": "added later", "doc": {"${env:PWD}": 1}}))
+    apply_all(spark, settings)
+    df = spark.table(table_ident(settings, "t"))
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    assert {"${env:HOME}", "${env:PATH}"} <= set(fields), sorted(fields)
+    assert sorted(f.name for f in fields["doc"].fields) == ["${env:PWD}", "${env:USER}"]
+    rows = {r["_cdc_row_id"]: r for r in df.collect()}
+    assert rows["1"]["${env:HOME}"] == "top" and rows["1"]["doc"]["${env:USER}"] == "nested"
+    assert rows["2"]["${env:PATH}"] == "added later" and rows["2"]["doc"]["${env:PWD}"] == 1
