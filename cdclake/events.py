@@ -141,17 +141,27 @@ def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limi
         raise InvalidBatch(f"{path}[{i}].{which}{exc.field}", exc.message) from None
 
 
-def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -> None:
-    """Each declared type in its canonical spelling (rewritten in place), for a lawful name."""
-    if len(types) > limits.max_columns:
+def _declared_names(declared: dict[str, Any], path: str, limits: names.Limits, what: str) -> list[tuple[str, str]]:
+    """(name, JSON path) of each top-level column something is declared for, once the count is
+    within CDCLAKE_MAX_COLUMNS and each name is lawful (the door rule of :mod:`cdclake.names`)."""
+    if len(declared) > limits.max_columns:
         raise InvalidBatch(
-            path, f"{len(types)} declared types, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
+            path, f"{len(declared)} declared {what}, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
         )
-    for name, text in types.items():
+    out = []
+    for name in declared:
         where = path + names.segment(name)
         why = names.problem(name, True, limits)
         if why:
             raise InvalidBatch(where, why)
+        out.append((name, where))
+    return out
+
+
+def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -> None:
+    """Each declared type in its canonical spelling (rewritten in place), for a lawful name."""
+    for name, where in _declared_names(types, path, limits, "types"):
+        text = types[name]
         try:
             types[name] = coltypes.canonical(text)
         except ValueError as exc:
@@ -161,15 +171,8 @@ def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -
 def check_column_defaults(defaults: dict[str, Any], path: str, limits: names.Limits) -> None:
     """A lawful name for each default, and a JSON scalar for its value: the apply casts the
     value's text to the column's type, which a null, object or array cannot be."""
-    if len(defaults) > limits.max_columns:
-        raise InvalidBatch(
-            path, f"{len(defaults)} declared defaults, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
-        )
-    for name, value in defaults.items():
-        where = path + names.segment(name)
-        why = names.problem(name, True, limits)
-        if why:
-            raise InvalidBatch(where, why)
+    for name, where in _declared_names(defaults, path, limits, "defaults"):
+        value = defaults[name]
         if not isinstance(value, str | int | float):  # bool is an int
             kind = "null" if value is None else "an object" if isinstance(value, dict) else "an array"
             raise InvalidBatch(where, f"a default must be a string, number or boolean, got {kind}")

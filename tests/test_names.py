@@ -282,3 +282,31 @@ def test_the_apply_adds_columns_by_the_same_rule_within_the_column_budget() -> N
     assert [f.dataType for f in unified.fields][:2] == [StringType(), StringType()]
     deduped = StructType([StructField("Zip", StringType()), StructField("doc", struct(A=LongType()))])
     assert dedupe_case(unified) == deduped
+
+
+@pytest.mark.parametrize(
+    ("types", "field", "words"),
+    [
+        ({"x": "varchar(10)"}, "$.events[0].columnTypes.x", ["not a column type", "decimal(P,S)"]),
+        ({"x": "decimal(39,2)"}, "$.events[0].columnTypes.x", ["precision must be 1..38"]),
+        ({"a.b": "int"}, '$.events[0].columnTypes["a.b"]', ["dot"]),
+        ({"_cdc_x": "int"}, "$.events[0].columnTypes._cdc_x", ["reserved"]),
+        (
+            {f"c{i}": "int" for i in range(1001)},
+            "$.events[0].columnTypes",
+            ["1001 declared types", "CDCLAKE_MAX_COLUMNS"],
+        ),
+    ],
+)
+def test_declared_column_types_are_checked_at_the_door(types: dict[str, str], field: str, words: list[str]) -> None:
+    e = {**ev({"x": "1.5"}), "columnTypes": types}
+    exc = refusal(batch(e))
+    assert exc.field == field
+    for w in words:
+        assert w in exc.message
+
+
+def test_declared_column_types_are_kept_in_one_spelling() -> None:
+    e = {**ev({"x": "1.5", "tags": []}), "columnTypes": {"x": " DECIMAL(10, 2) ", "tags": "Array<Int>"}}
+    (got,) = events.decode_batch(batch(e)).events
+    assert got.columnTypes == {"x": "decimal(10,2)", "tags": "array<int>"}
