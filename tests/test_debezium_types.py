@@ -153,3 +153,42 @@ def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: 
         assert total is not None and total["s"] == rows[0]["balance"] + rows[1]["balance"]
     (q,) = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts__quarantine").collect()
     assert q["_cdc_row_id"] == "3" and "1.1234567890123456789012" in q["_cdc_reason"] and "amount" in q["_cdc_reason"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "kind", "want"),
+    [
+        ({"type": "int64", "name": "io.debezium.time.NanoTimestamp"}, 1_767_225_600_123_456_000, "timestamp_ntz",
+         "2026-01-01T00:00:00.123456"),
+        ({"type": "int64", "name": "io.debezium.time.Timestamp"}, 1_767_225_600_123, "timestamp_ntz",
+         "2026-01-01T00:00:00.123000"),
+        ({"type": "int32", "name": "org.apache.kafka.connect.data.Date"}, -1, "date", "1969-12-31"),
+        ({"type": "int32", "name": "io.debezium.time.Time"}, 3_600_001, "bigint", 3_600_001_000),
+        ({"type": "int64", "name": "io.debezium.time.NanoTime"}, 5_000, "bigint", 5),
+        ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "2026-01-01T02:00:00+02:00", "timestamp",
+         "2026-01-01T00:00:00.000000+00:00"),
+        ({"type": "bytes", "name": DECIMAL, "parameters": {"scale": "2", "connect.decimal.precision": "40"}},
+         unscaled(Decimal("-12.34"), 2), "string", "-12.34"),
+    ],
+)
+def test_each_logical_type_has_its_column_type_and_value(
+    schema: dict[str, Any], value: Any, kind: str, want: Any
+) -> None:
+    found = debezium_types.field_type(schema)
+    assert found is not None
+    assert (found[0], found[1](value)) == (kind, want)
+
+
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "int64", "name": "io.debezium.time.NanoTimestamp"}, 1_767_225_600_123_456_789),
+        ({"type": "int32", "name": "io.debezium.time.Date"}, 10**9),
+        ({"type": "int64", "name": "io.debezium.time.NanoTime"}, 5_001),
+    ],
+)
+def test_what_a_column_type_cannot_hold_is_text_saying_so(schema: dict[str, Any], value: int) -> None:
+    found = debezium_types.field_type(schema)
+    assert found is not None
+    got = found[1](value)
+    assert isinstance(got, str) and got.startswith(f"{value} (does not fit ")
