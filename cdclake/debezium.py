@@ -68,8 +68,11 @@ Types
     its value is rewritten into the form Spark parses into that type (decimals from base64 to
     exact text, days to dates, epoch micros to ISO timestamps...): the table of
     :mod:`cdclake.debezium_types`. The row key is read from the values as sent, so a row keeps
-    its key whether or not the connector sends schemas. Without a schema nothing is declared and
-    the apply infers types from the JSON values. A field's non-null ``default``, converted the
+    its key whether or not the connector sends schemas. Without a schema, the table's configured
+    types (``column_types``, from ``types`` in CDCLAKE_TABLE_CONFIG) are declared and its values
+    converted from the text forms of the recommended source modes (the end of
+    :mod:`cdclake.debezium_types`); with neither, nothing is declared and the apply infers
+    types from the JSON values. A field's non-null ``default``, converted the
     same way, goes in the event's ``columnDefaults`` (rows that predate a column added with a
     default get it: :mod:`spark_jobs.backfill`).
 
@@ -96,6 +99,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -103,13 +107,34 @@ import msgspec
 from cdclake import debezium_types, events, names
 from cdclake.events import CDCEvent, InvalidBatch, Operation
 
-__all__ = ["DEFAULT_KEY_COLUMNS", "KeyColumns", "OnlyTombstones", "looks_like_debezium", "to_batch"]
+__all__ = [
+    "DEFAULT_KEY_COLUMNS",
+    "DEFAULT_RULES",
+    "KeyColumns",
+    "OnlyTombstones",
+    "TableRules",
+    "looks_like_debezium",
+    "to_batch",
+]
 
 DEFAULT_KEY_COLUMNS: tuple[str, ...] = ("id",)
 KeyColumns = Sequence[str] | Mapping[str, Sequence[str]]
 """Row-key columns: one list for every table, or by table name (as sent, else lower-cased;
 ``"*"`` for the rest; tables in neither use ``("id",)``)."""
+ColumnTypes = Mapping[str, Mapping[str, str]]
+"""Declared types of events without a schema: table (as sent, else lower-cased) -> column -> type."""
 MAX_LONG = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class TableRules:
+    """What the receiver knows of each table beyond its events (CDCLAKE_TABLE_CONFIG)."""
+
+    key_columns: KeyColumns = DEFAULT_KEY_COLUMNS
+    column_types: ColumnTypes = field(default_factory=dict)
+
+
+DEFAULT_RULES = TableRules()
 
 OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE", "d": "DELETE"}
 UNSUPPORTED = {"t": "truncate", "m": "message"}
@@ -301,6 +326,7 @@ def _event(
     base: str,
     key_columns: KeyColumns,
     limits: names.Limits = names.DEFAULT,
+    column_types: ColumnTypes | None = None,
 ) -> CDCEvent:
     ppath = base
     payload: Any = item
@@ -358,7 +384,11 @@ def _event(
                 raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
     row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
-    column_types, column_defaults = _apply_schema(item.get("schema") if ppath != base else None, images)
+    schema = item.get("schema") if ppath != base else None
+    if schema is None and column_types:
+        declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
+    else:
+        declared, column_defaults = _apply_schema(schema, images)
 
     if payload.get("ts_ms") is not None:
         timestamp = _long(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
@@ -422,7 +452,7 @@ def _event(
         after=images["after"],
         metadata=metadata,
         order=order,
-        columnTypes=column_types or None,
+        columnTypes=declared or None,
         columnDefaults=column_defaults or None,
     )
 
@@ -439,6 +469,19 @@ def _apply_schema(schema: Any, images: dict[str, dict[str, Any] | None]) -> tupl
             types |= found
             defaults |= given
     return types, defaults
+
+
+def _apply_config(
+    types: Mapping[str, str] | None, images: dict[str, dict[str, Any] | None]
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """Type the images in place by the table's configured types; (declared types, no defaults)."""
+    found: dict[str, str] = {}
+    if types:
+        for name, image in images.items():
+            if image is not None:
+                images[name], declared = debezium_types.configured(dict(types), image)
+                found |= declared
+    return found, {}
 
 
 def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:
@@ -465,6 +508,7 @@ def to_batch(
     *,
     key_columns: KeyColumns = DEFAULT_KEY_COLUMNS,
     limits: names.Limits = names.DEFAULT,
+    column_types: ColumnTypes | None = None,
 ) -> events.Batch:
     """One Debezium event or a list of them (parsed JSON) -> a :class:`~cdclake.events.Batch`.
 
@@ -488,7 +532,7 @@ def to_batch(
             raise InvalidBatch(base, f"expected a change event object or null, got {_kind(item)}")
         if "payload" in item and item["payload"] is None:
             continue  # enveloped tombstone
-        out.append(_event(item, base, key_columns, limits))
+        out.append(_event(item, base, key_columns, limits, column_types))
         if producer is None:
             sources.append(_producer_name(item, base))
         if len(out) > events.MAX_EVENTS_PER_BATCH:

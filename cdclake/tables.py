@@ -12,10 +12,18 @@ CDCLAKE_TABLE_CONFIG.
     [tables.order_lines]
     key = ["order_id", "line_no"]           # a composite primary key
 
+    [tables.accounts]                       # Debezium without schemas: the source's types
+    types = { balance = "decimal(38,10)", opened = "date", seen = "timestamp_ntz" }
+
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
 row image to make the row's ``rowId`` (:mod:`cdclake.debezium`). Producers of the project's own
 batches give ``rowId`` themselves.
+
+``types`` declares column types (:mod:`cdclake.coltypes`) for a table whose Debezium events come
+without the Connect schema (``value.converter.schemas.enable=false``); an event with a schema
+is typed by it instead. Set per table only. The source modes it needs and the type of each
+source column are in :mod:`cdclake.debezium_types`; ``cdclake debezium --discover`` writes it.
 
 Transforms are Iceberg's Spark DDL ones: ``col`` (identity), ``years|months|days|hours(col)``
 (``day(col)`` and ``hour(col)`` also accepted), ``bucket(N, col)``, ``truncate(N, col)``;
@@ -30,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdclake import coltypes
 from cdclake.settings import Settings, SettingsError
 
 MERGE_MODES = ("copy-on-write", "merge-on-read")
@@ -53,6 +62,8 @@ class TableOptions:
     partition_by: tuple[str, ...] = ()
     merge_mode: str = DEFAULT_MERGE_MODE
     key: tuple[str, ...] = DEFAULT_KEY
+    types: dict[str, str] = field(default_factory=dict)
+    """Declared column types for events without a schema (canonical :mod:`cdclake.coltypes`)."""
 
     @property
     def properties(self) -> dict[str, str]:
@@ -71,6 +82,13 @@ class TableConfig:
         """Row-key columns by lower-case table name, ``"*"`` for every other table (the form
         :func:`cdclake.debezium.to_batch` takes)."""
         return {"*": self.defaults.key} | {name: opts.key for name, opts in self.tables.items()}
+
+    def column_types(self) -> dict[str, dict[str, str]]:
+        """Configured column types by lower-case table name (tables with none left out)."""
+        return {name: dict(opts.types) for name, opts in self.tables.items() if opts.types}
+
+
+_NO_BASE = TableOptions()  # the base of [defaults] itself
 
 
 def normalise_transform(text: str, where: str) -> str:
@@ -95,10 +113,24 @@ def transform_column(transform: str) -> str:
     return inner.split(",")[-1].strip().strip("`")
 
 
+def _types(raw: Any, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(c, str) and c for c in raw):
+        raise SettingsError(f'{where}.types must be a table of column = "type", e.g. {{ balance = "decimal(38,10)" }}')
+    out: dict[str, str] = {}
+    for column, kind in raw.items():
+        try:
+            out[column] = coltypes.canonical(kind if isinstance(kind, str) else repr(kind))
+        except ValueError as exc:
+            raise SettingsError(f"{where}.types.{column}: {exc}") from None
+    return out
+
+
 def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
     if not isinstance(raw, dict):
         raise SettingsError(f"{where} must be a table of options")
-    unknown = set(raw) - {"partition_by", "merge_mode", "key"}
+    if base is _NO_BASE and "types" in raw:
+        raise SettingsError(f"{where}: types are set per table, in [tables.<name>]")
+    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types"}
     if unknown:
         raise SettingsError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}")
     mode = raw.get("merge_mode", base.merge_mode)
@@ -116,7 +148,7 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
     ):
         raise SettingsError(f"{where}.key must be a list of 1..{MAX_KEY_COLUMNS} distinct column names, got {key!r}")
     partition_by = tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts)
-    return TableOptions(partition_by, mode, tuple(key))
+    return TableOptions(partition_by, mode, tuple(key), _types(raw.get("types", {}), where))
 
 
 def load_table_config(settings: Settings) -> TableConfig:
@@ -130,7 +162,7 @@ def load_table_config(settings: Settings) -> TableConfig:
         raise SettingsError(f"{where}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{where}: {exc}") from None
-    defaults = _options(data.get("defaults", {}), f"{where} [defaults]", TableOptions())
+    defaults = _options(data.get("defaults", {}), f"{where} [defaults]", _NO_BASE)
     tables = {
         name.lower(): _options(opts, f"{where} [tables.{name}]", defaults)
         for name, opts in (data.get("tables") or {}).items()

@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from cdclake import events, names, staging
+from cdclake import debezium, events, names, staging
 from cdclake.settings import Settings
 from cdclake.tables import load_table_config
 from receiver import auth, decode, landing, openapi, stream
@@ -109,7 +109,8 @@ def create_app(settings: Settings) -> Starlette:
         return svc
 
     limits = names.Limits.of(settings)
-    keys = load_table_config(settings).key_columns()
+    table_config = load_table_config(settings)
+    tables = debezium.TableRules(table_config.key_columns(), table_config.column_types())
 
     async def ingest(
         request: Request,
@@ -139,14 +140,14 @@ def create_app(settings: Settings) -> Starlette:
         params = batch_params(request)
         max_event = settings.max_event_bytes
         return await ingest(
-            request, lambda body, pid: decode.decode_body(body, ctype, params, max_event, pid, limits, keys)
+            request, lambda body, pid: decode.decode_body(body, ctype, params, max_event, pid, limits, tables)
         )
 
     async def post_debezium(request: Request) -> Response:
         # Its own limit: Debezium's sink batches by event count and cannot split a request.
         return await ingest(
             request,
-            lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid, limits, keys),
+            lambda body, pid: decode.decode_debezium(body, settings.max_event_bytes, pid, limits, tables),
             (settings.max_debezium_body_bytes, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES"),
         )
 

@@ -214,7 +214,7 @@ def decode_json(
     max_event: int,
     producer: str | None,
     limits: names.Limits = names.DEFAULT,
-    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
+    tables: debezium.TableRules = debezium.DEFAULT_RULES,
 ) -> Decoded:
     """A seed-format batch, or Debezium change event(s) (one object or an array)."""
     try:
@@ -227,7 +227,7 @@ def decode_json(
             raise _invalid(first) from None
         if not debezium.looks_like_debezium(obj):
             raise _invalid(first) from None
-        return decode_debezium_obj(obj, max_event, producer, limits, keys)
+        return decode_debezium_obj(obj, max_event, producer, limits, tables)
 
 
 def decode_debezium_obj(
@@ -235,9 +235,10 @@ def decode_debezium_obj(
     max_event: int,
     producer: str | None,
     limits: names.Limits = names.DEFAULT,
-    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
+    tables: debezium.TableRules = debezium.DEFAULT_RULES,
 ) -> Decoded:
-    """``keys``: each table's row-key columns (CDCLAKE_TABLE_CONFIG), see :func:`debezium.to_batch`."""
+    """``tables``: each table's row-key columns and configured types (CDCLAKE_TABLE_CONFIG), see
+    :func:`debezium.to_batch`."""
     records = obj if isinstance(obj, list) else [obj]
     for i, rec in enumerate(records):
         size = len(msgspec.json.encode(rec))
@@ -250,7 +251,16 @@ def decode_debezium_obj(
                 {"maxSize": max_event},
             )
     try:
-        return Decoded(debezium.to_batch(obj, producer=producer, key_columns=keys, limits=limits), True)
+        return Decoded(
+            debezium.to_batch(
+                obj,
+                producer=producer,
+                key_columns=tables.key_columns,
+                limits=limits,
+                column_types=tables.column_types,
+            ),
+            True,
+        )
     except debezium.OnlyTombstones:
         # Debezium sends a tombstone after each delete (for Kafka compaction); refusing a post of
         # only those would make its HTTP sink retry it forever.
@@ -264,14 +274,14 @@ def decode_debezium(
     max_event: int,
     producer: str | None,
     limits: names.Limits = names.DEFAULT,
-    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
+    tables: debezium.TableRules = debezium.DEFAULT_RULES,
 ) -> Decoded:
     with depth_guard():
         try:
             obj = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise Rejected(400, "invalid_format", f"malformed JSON: {exc}", "$") from None
-        return decode_debezium_obj(obj, max_event, producer, limits, keys)
+        return decode_debezium_obj(obj, max_event, producer, limits, tables)
 
 
 _one_value = msgspec.json.Decoder(msgspec.Raw)
@@ -332,14 +342,14 @@ def decode_body(
     max_event: int,
     producer: str | None,
     limits: names.Limits = names.DEFAULT,
-    keys: debezium.KeyColumns = debezium.DEFAULT_KEY_COLUMNS,
+    tables: debezium.TableRules = debezium.DEFAULT_RULES,
 ) -> Decoded:
     ctype = content_type.split(";", 1)[0].strip().lower()
     with depth_guard():
         if ctype in NDJSON_TYPES:
             return decode_ndjson(body, params, max_event, limits)
         if ctype in ("", "application/json", "text/plain"):
-            return decode_json(body, max_event, producer, limits, keys)
+            return decode_json(body, max_event, producer, limits, tables)
         if ctype == "application/vnd.debezium+json" or ctype.endswith("+json"):
-            return decode_debezium(body, max_event, producer, limits, keys)
+            return decode_debezium(body, max_event, producer, limits, tables)
     raise Rejected(415, "invalid_format", f"unsupported Content-Type {content_type!r}", "Content-Type")

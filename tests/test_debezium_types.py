@@ -192,3 +192,127 @@ def test_what_a_column_type_cannot_hold_is_text_saying_so(schema: dict[str, Any]
     assert found is not None
     got = found[1](value)
     assert isinstance(got, str) and got.startswith(f"{value} (does not fit ")
+
+
+# ----------------------------------------------------------------------------- without a schema
+# value.converter.schemas.enable=false with the recommended modes (decimal.handling.mode=string,
+# time.precision.mode=isostring): the forms below are what a real Debezium Server 3.6 sent from
+# PostgreSQL 15 and MariaDB (tests/test_debezium_server.py runs it); the table config's ``types``
+# declare the columns.
+
+
+def as_isostring(row: dict[str, Any]) -> dict[str, Any]:
+    """The row as Debezium's JSON converter writes it without a schema, in the recommended modes."""
+    at = row["at"]
+    seconds, micros = divmod(at, 1_000_000)
+    return {
+        **row,
+        "balance": format(row["balance"], "f"),
+        "amount": format(row["amount"], "f"),
+        "opened": f"{row['opened'].isoformat()}Z",
+        "seen": row["seen"].strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "seen_tz": row["seen_tz"].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "raw": base64.b64encode(row["raw"]).decode(),
+        "at": f"{seconds // 3600:02}:{seconds // 60 % 60:02}:{seconds % 60:02}.{micros:06}Z",
+    }
+
+
+def flat(row: dict[str, Any], lsn: int) -> dict[str, Any]:
+    return {
+        "before": None,
+        "after": as_isostring(row),
+        "source": {"connector": "postgresql", "name": "pg", "ts_ms": 1, "table": "accounts", "lsn": lsn,
+                   "sequence": json.dumps([str(lsn), str(lsn)])},
+        "op": "c",
+        "ts_ms": 1_767_225_600_000,
+    }
+
+
+def configured_settings(settings: Settings, tmp_path: Any, types: dict[str, str]) -> Settings:
+    import dataclasses
+
+    path = tmp_path / "tables.toml"
+    path.write_text("[tables.accounts]\ntypes = { " + ", ".join(f'{c} = "{t}"' for c, t in types.items()) + " }\n")
+    return dataclasses.replace(settings, table_config=path)
+
+
+def test_without_a_schema_the_configured_types_declare_the_columns_and_convert_the_values() -> None:
+    rules = {"accounts": WANT_TYPES}
+    (ev,) = debezium.to_batch([flat(source_row(1, Decimal("2.50")), 100)], column_types=rules).events
+    assert ev.columnTypes == WANT_TYPES
+    assert ev.after is not None
+    assert ev.after["opened"] == "2026-01-01"
+    assert ev.after["seen"] == "2026-01-02T03:04:05.123456"
+    assert ev.after["seen_tz"] == "2026-01-02T10:04:05.500000+00:00"
+    assert ev.after["at"] == 3_600_000_001
+    assert ev.after["balance"] == "12345678901234567890.0123456789"
+    # The same row with its schema gives the same event: one table, whichever way Debezium sends.
+    (with_schema,) = debezium.to_batch([envelope(source_row(1, Decimal("2.50")), 100)]).events
+    assert {**with_schema.after, "amount": None} == {**ev.after, "amount": None}  # type: ignore[dict-item]
+    # Without configured types nothing is declared; with a schema the configuration is not used.
+    assert debezium.to_batch([flat(source_row(1, Decimal("2.50")), 100)]).events[0].columnTypes is None
+    (typed_by_schema,) = debezium.to_batch([envelope(source_row(1, Decimal("2.50")), 100)], column_types={
+        "accounts": {"id": "string"}}).events
+    assert typed_by_schema.columnTypes == WANT_TYPES
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "says"),
+    [
+        ("decimal(38,10)", "/0GC", "decimal.handling.mode=string"),  # base64: precise mode, scale unknown
+        ("decimal(5,2)", "1234.5", "does not fit decimal(5,2)"),
+        ("decimal(5,2)", "1.234", "does not fit decimal(5,2)"),
+        ("decimal(5,2)", "NaN", "does not fit decimal(5,2)"),
+        ("timestamp_ntz", 1_767_225_600_123_456, "time.precision.mode=isostring"),  # ms? µs? unknown
+        ("timestamp", "2026-01-01T00:00:00.123456789Z", "does not fit timestamp (microseconds)"),
+        ("date", "yesterday", "time.precision.mode=isostring"),
+    ],
+)
+def test_without_a_schema_an_ambiguous_or_unfit_value_is_text_saying_why(kind: str, value: Any, says: str) -> None:
+    got = debezium_types.declared_converter(kind)(value)
+    assert isinstance(got, str) and got.startswith(f"{value} (does not fit ") and says in got
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "want"),
+    [
+        ("decimal(5,2)", "1.20000", "1.20000"),  # trailing zeros fit: Spark's cast keeps the value
+        ("decimal(5,2)", 1.5, 1.5),  # decimal.handling.mode=double: a number the column casts
+        ("date", 20_000, "2024-10-04"),  # days since 1970: the one integer form of a date
+        ("timestamp", "2026-01-01T02:00:00+02:00", "2026-01-01T00:00:00.000000+00:00"),
+        ("timestamp_ntz", "2026-01-01T00:00:00.100000000Z", "2026-01-01T00:00:00.100000"),
+        ("bigint", "00:00:01.5Z", 1_500_000),
+        ("bigint", 7, 7),
+        ("array<date>", ["2024-02-29Z", None], ["2024-02-29", None]),
+        ("string", {"a": 1}, {"a": 1}),
+    ],
+)
+def test_without_a_schema_values_in_the_recommended_modes_convert(kind: str, value: Any, want: Any) -> None:
+    assert debezium_types.declared_converter(kind)(value) == want
+
+
+@pytest.mark.spark
+def test_without_a_schema_iceberg_columns_have_the_configured_types_and_source_values(
+    spark: Any, settings: Settings, tmp_path: Any
+) -> None:
+    """The twin of test_iceberg_columns_have_the_source_types_and_values, schema-less."""
+    settings = configured_settings(settings, tmp_path, WANT_TYPES)
+    rows = [source_row(1, Decimal("2.50")), source_row(2, Decimal("-0.000000000000000001"))]
+    ambiguous = {**flat(source_row(3, Decimal("1")), 102)}
+    ambiguous["after"] = {**ambiguous["after"], "seen": 1_767_225_600_123_456}  # adaptive mode's micros
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/debezium", json=[*(flat(row, 100 + i) for i, row in enumerate(rows)), ambiguous])
+    assert r.status_code == 200, r.text
+    (result,) = apply_all(spark, settings)
+    assert (result["applied"], result["quarantined"]) == (2, 1), result
+    df = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts")
+    types = {f.name: f.dataType.simpleString() for f in df.schema.fields if not f.name.startswith("_cdc_")}
+    assert types == WANT_TYPES
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    got = {r["id"]: r.asDict() for r in df.collect()}
+    for want in rows:
+        row = {k: v for k, v in got[want["id"]].items() if not k.startswith("_cdc_")}
+        seen_utc = want["seen_tz"].astimezone(UTC).replace(tzinfo=None)
+        assert row == {**want, "seen_tz": seen_utc, "raw": bytearray(want["raw"])}
+    (q,) = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts__quarantine").collect()
+    assert q["_cdc_row_id"] == "3" and "time.precision.mode=isostring" in q["_cdc_reason"]

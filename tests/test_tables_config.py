@@ -44,6 +44,10 @@ def test_per_table_options_over_defaults(tmp_path: Path) -> None:
         ('[tables.t]\nkey = ["a", "a"]', "[tables.t].key must be a list of 1..16 distinct"),
         ('[defaults]\nkey = ["", "id"]', "[defaults].key must be a list"),
         ("[tables.t", "CDCLAKE_TABLE_CONFIG="),
+        ('[tables.t]\ntypes = { a = "money" }', "[tables.t].types.a: 'money' is not a column type"),
+        ('[tables.t]\ntypes = { a = "decimal(39,2)" }', "[tables.t].types.a: 'decimal(39,2)': decimal precision"),
+        ('[tables.t]\ntypes = ["int"]', "[tables.t].types must be a table of column = \"type\""),
+        ('[defaults]\ntypes = { a = "int" }', "[defaults]: types are set per table"),
     ],
 )
 def test_config_errors_name_the_file_and_key(tmp_path: Path, text: str, words: str) -> None:
@@ -78,3 +82,22 @@ def test_row_keys_per_table_over_the_default(tmp_path: Path) -> None:
     assert cfg.for_table("orders").key == ("uuid",)  # a table's options start from [defaults]
     assert cfg.key_columns() == {"*": ("uuid",), "order_lines": ("order_id", "line_no"), "orders": ("uuid",)}
     assert load_table_config(load({})).key_columns() == {"*": ("id",)}
+
+
+def test_column_types_per_table_in_their_one_spelling(tmp_path: Path) -> None:
+    p = config(
+        tmp_path,
+        """
+        [defaults]
+        key = ["uuid"]
+        [tables.Accounts]
+        types = { balance = "DECIMAL(38, 10)", seen = "timestamp_ntz", tags = "array<string>" }
+        [tables.orders]
+        merge_mode = "copy-on-write"
+        """,
+    )
+    cfg = load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(p)}))
+    want = {"balance": "decimal(38,10)", "seen": "timestamp_ntz", "tags": "array<string>"}
+    assert cfg.column_types() == {"accounts": want}
+    assert cfg.for_table("accounts").key == ("uuid",)
+    assert cfg.for_table("orders").types == {}
