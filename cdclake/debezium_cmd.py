@@ -5,7 +5,9 @@ tests run on) with the recommended sink settings, and are written owner-only (06
 database password and the producer token). Secrets are read from an environment variable or a
 file, never from the command line, which ``ps`` shows to every user; they are never printed.
 The matching ``[tables.<name>] key = [...]`` lines for CDCLAKE_TABLE_CONFIG go to stdout, or to
-``--table-config``.
+``--table-config``. With ``--discover`` the keys (and, with ``--no-schemas``, the column types)
+are read from the database itself (:mod:`cdclake.debezium_discover`): Debezium's HTTP sink never
+sends the record key, so this is how the receiver learns a primary key without being told.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake import debezium_config as dc
+from cdclake.debezium_discover import DiscoveryError, discover
 from cdclake.secretfile import write_private
 from cdclake.settings import Settings
 
@@ -41,6 +44,7 @@ FLAGS = {
     "retry_interval_ms": "--retry-interval-ms",
     "token": "--token-file/--token-env",
     "http_port": "--http-port",
+    "schemas": "--no-schemas",
 }
 NAME_FLAG = "--name"  # the `name` of properties(), not Database.name (--database)
 
@@ -53,7 +57,7 @@ CDCLAKE_TOKENS_FILE). One trailing newline of a file is dropped.
 example:
   CDCLAKE_DB_PASSWORD=... cdclake debezium postgres --host db.internal --user dbz \\
       --database shop --table public.customers --table public.order_lines \\
-      --key public.order_lines=order_id,line_no --token-file .cdclake/receiver/default.token \\
+      --discover --token-file .cdclake/receiver/default.token \\
       --receiver-url http://127.0.0.1:8090 -o debezium-server/config/application.properties \\
       --table-config tables.toml
 
@@ -96,6 +100,12 @@ def add_parser(sub: Any) -> None:
         metavar="SCHEMA.TABLE=COL[,COL...]",
         help="the table's row-key columns (its primary key) when not just `id`; repeat per table",
     )
+    db.add_argument(
+        "--discover",
+        action="store_true",
+        help="ask the database for each table's primary key (and, with --no-schemas, its column types); "
+        "--key still wins",
+    )
     pw = db.add_mutually_exclusive_group()
     pw.add_argument(
         "--password-env", metavar="VAR", help=f"environment variable with the password (default {PASSWORD_ENV})"
@@ -121,6 +131,12 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=dc.RETRY_INTERVAL_MS,
         help="fixed pause between attempts (default 5000)",
+    )
+    rc.add_argument(
+        "--no-schemas",
+        action="store_true",
+        help="send events without the Connect schema (smaller posts); types then come from the table "
+        "config's `types` (--discover writes them)",
     )
     out = d.add_argument_group("output")
     out.add_argument(
@@ -245,10 +261,19 @@ def build(args: argparse.Namespace, settings: Settings, env: Mapping[str, str]) 
         retries=args.retries,
         retry_interval_ms=args.retry_interval_ms,
         token=token(args, env),
+        schemas=not args.no_schemas,
     )
+    types: dict[str, dict[str, str]] = {}
+    if args.discover:
+        try:
+            found = discover(db)
+        except DiscoveryError as exc:
+            raise UsageError(f"--discover: {exc}") from None
+        row_keys = found.keys | row_keys
+        types = found.types if args.no_schemas else {}
     try:
         props = dc.properties(db, sink, name=name, state_dir=state_dir(args), keys=row_keys, http_port=args.http_port)
-        return props, dc.key_toml(db, row_keys)
+        return props, dc.key_toml(db, row_keys, types)
     except dc.ConfigError as exc:
         if exc.setting == "name":
             flag = NAME_FLAG if args.name is not None else f"{NAME_FLAG} (default --database)"
@@ -277,6 +302,8 @@ def _write_table_config(path: Path, text: str) -> None:
 def run(args: argparse.Namespace, settings: Settings, env: Mapping[str, str] | None = None) -> int:
     props, toml = build(args, settings, os.environ if env is None else env)
     toml = "# CDCLAKE_TABLE_CONFIG: the row key of each captured table (cdclake debezium)\n" + toml
+    if args.no_schemas and not args.discover:
+        _note("--no-schemas without --discover: column types are inferred from values unless `types` are set")
     if args.table_config is not None and args.table_config.exists():
         raise UsageError(
             f"--table-config {args.table_config}: exists; leave the flag out to print the lines and merge them"

@@ -22,7 +22,8 @@ Settings of Debezium's HTTP sink (``debezium-server-http`` 3.6.0.Final,
   ``authentication.webhook.secret``). None of them sends a static bearer token.
 
 The sink posts the record value only: the record key (the table's primary key) never reaches
-the receiver, so key columns come from configuration (``keys``); they are also given to
+the receiver, so key columns come from configuration (``keys``, which ``cdclake debezium
+--discover`` reads from the database: :mod:`cdclake.debezium_discover`); they are also given to
 Debezium as ``message.key.columns`` for tables without a primary key, and :func:`key_toml`
 writes them as the ``[tables.<name>] key = [...]`` lines of CDCLAKE_TABLE_CONFIG, so the
 receiver keys rows the same way.
@@ -242,12 +243,18 @@ def _toml_str(text: str) -> str:
     return "".join(out) + '"'
 
 
-def key_toml(db: Database, keys: Mapping[str, Sequence[str]] | None = None) -> str:
+def key_toml(
+    db: Database,
+    keys: Mapping[str, Sequence[str]] | None = None,
+    types: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
     """The ``[tables.<lake table>] key = [...]`` lines of CDCLAKE_TABLE_CONFIG for every table of
     ``db``: its ``keys`` entry, else the default ``["id"]`` written out (so a ``[defaults] key``
-    elsewhere in the file does not change it). Two captured tables landing in one lake table must
+    elsewhere in the file does not change it), and a ``types = {...}`` line for a table in
+    ``types`` (for events without a schema). Two captured tables landing in one lake table must
     have the same key."""
     keys = keys or {}
+    types = types or {}
     _check_tables(db)
     _check_keys(db, keys)
     by_lake: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -261,7 +268,10 @@ def key_toml(db: Database, keys: Mapping[str, Sequence[str]] | None = None) -> s
     blocks = []
     for lake, (t, cols) in by_lake.items():
         note = "" if t in keys else "  # the default: give the key if the primary key is not id"
-        blocks.append(f"[tables.{lake}]  # {t}\nkey = [{', '.join(_toml_str(c) for c in cols)}]{note}\n")
+        block = f"[tables.{lake}]  # {t}\nkey = [{', '.join(_toml_str(c) for c in cols)}]{note}\n"
+        if types.get(t):
+            block += f"types = {{ {', '.join(f'{_toml_str(c)} = {_toml_str(k)}' for c, k in types[t].items())} }}\n"
+        blocks.append(block)
     return "\n".join(blocks)
 
 
@@ -335,6 +345,13 @@ def properties(
     }
     if keys:
         p["debezium.source.message.key.columns"] = _keys(keys)
+    if not sink.schemas:
+        # Without the Connect schema a value must say what it is: decimals as exact text (not
+        # base64 of an unscaled integer whose scale only the schema gives) and times as ISO
+        # text in UTC (not a count of ms, µs or ns depending on the column's precision). The
+        # receiver converts these forms by the table's configured types (cdclake.debezium_types).
+        p["debezium.source.decimal.handling.mode"] = "string"
+        p["debezium.source.time.precision.mode"] = "isostring"
     headers = dict(sink.headers)
     if sink.token:
         headers["Authorization"] = f"Bearer {sink.token}"
