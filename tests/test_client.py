@@ -26,7 +26,7 @@ from cdclake.local import free_port
 from cdclake.settings import Settings
 from receiver.__main__ import Server as ReceiverServer
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 URL = "http://receiver.test"
 Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]

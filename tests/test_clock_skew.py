@@ -20,8 +20,8 @@ from cdclake import events, staging
 from cdclake.cleanup import clean_staging
 from cdclake.spark import table_ident
 from receiver.landing import Lander, Prepared
-from tests.conftest import fresh_settings, table_rows
 from tests.s3server import SeaweedS3
+from tests.support import fresh_settings, table_rows
 
 SKEW_S = 3600.0  # far beyond any landing grace
 GRACE_S = 1
@@ -148,7 +148,7 @@ def test_a_receiver_that_cannot_read_the_stores_clock_is_not_ready_and_refuses_r
     from starlette.testclient import TestClient
 
     from receiver.app import create_app
-    from tests.conftest import make_settings
+    from tests.support import make_settings
 
     class NoClock(staging.LocalStaging):
         def clock_probe(self) -> int:

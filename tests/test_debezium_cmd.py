@@ -19,7 +19,7 @@ import pytest
 from cdclake.cli import main
 from cdclake.settings import PROJECT_ROOT
 from cdclake.tables import load_table_config
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 # .properties and SmallRye hazards (= : # ! \ ${} and a leading space), quotes, non-ASCII.
 PASSWORD = " pw=1:2#3!4\\5${HOME}'\"é"

@@ -27,8 +27,8 @@ from cdclake.query import AsOf, QueryError, Result, parse_as_of, render, split_s
 from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.workload import generate
-from tests.conftest import apply_all, fresh_settings, make_settings, stage
-from tests.test_rest_catalog import serve
+from tests.support import apply_all, fresh_settings, make_settings, stage
+from tests.support.rest import serve
 
 TABLE = "orders"
 

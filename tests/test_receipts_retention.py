@@ -15,7 +15,7 @@ from cdclake.cleanup import clean_staging
 from receiver.app import create_app
 from receiver.landing import Receipt
 from tests.s3server import SeaweedS3
-from tests.test_receiver_limits import batch, env_settings
+from tests.support.receiver import batch, env_settings
 
 DAY_MS = 24 * 3600 * 1000
 

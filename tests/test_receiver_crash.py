@@ -18,7 +18,7 @@ import httpx
 
 from cdclake.client import Ack, Producer
 from cdclake.local import free_port
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 BATCHES = 400
 EVENTS_PER_BATCH = 20

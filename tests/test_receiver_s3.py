@@ -15,8 +15,8 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from receiver.app import create_app
-from tests.conftest import make_settings
 from tests.s3server import SeaweedS3
+from tests.support import make_settings
 
 
 def ev(seq: int, table: str = "users") -> dict[str, Any]:

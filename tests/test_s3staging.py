@@ -14,8 +14,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from cdclake import staging
 from cdclake.s3staging import S3Staging, parse_url
 from cdclake.settings import SettingsError
-from tests.conftest import make_settings
 from tests.s3server import SeaweedS3
+from tests.support import make_settings
 
 HOUR_MS = 3_600_000
 T0 = 1_760_000_000_000  # 2025-10-09T08:53:20Z

@@ -30,7 +30,7 @@ from starlette.testclient import TestClient
 from cdclake.settings import PROJECT_ROOT, Settings, load
 from receiver import openapi as receiver_openapi
 from restcatalog import openapi as rest_openapi
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 EXAMPLES = int(os.environ.get("CDCLAKE_SCHEMATHESIS_EXAMPLES", "25"))
 PHASES = list(Phase) if os.environ.get("CDCLAKE_SCHEMATHESIS_SHRINK") else [Phase.explicit, Phase.reuse, Phase.generate]
