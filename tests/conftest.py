@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,40 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 signal.signal(signal.SIGTERM, _terminate)
+
+
+# A test (or a fixture it uses) that starts a process or listens on a port must say so with one
+# of these markers; `make test-fast` deselects them all. Unmarked tests run under the guard below.
+MAY_START = ("server", "spark", "e2e")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Unmarked tests are unit tests: starting a process or binding a TCP port (fixtures included)
+    fails the test with a message naming the marker to add."""
+    if any(item.get_closest_marker(m) for m in MAY_START):
+        return (yield)
+    why = f"{item.nodeid} (or a fixture it set up) is not marked server/spark/e2e, so it may not"
+    spawn = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    bind = socket.socket.bind
+
+    def no_spawn(self: Any, args: Any, *rest: Any, **kw: Any) -> Any:
+        if list(args)[:2] == ["file", "-b"]:  # platform.architecture(), which croniter's import calls
+            return spawn(self, args, *rest, **kw)
+        pytest.fail(f"{why} start a process ({args!r}): mark it @pytest.mark.server", pytrace=False)
+
+    def no_listen(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            pytest.fail(f"{why} bind a TCP/UDP port ({address!r}): mark it @pytest.mark.server", pytrace=False)
+        bind(self, address)
+
+    subprocess.Popen._execute_child = no_spawn  # type: ignore[attr-defined]
+    socket.socket.bind = no_listen  # type: ignore[method-assign]
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen._execute_child = spawn  # type: ignore[attr-defined]
+        socket.socket.bind = bind  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

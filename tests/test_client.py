@@ -491,6 +491,7 @@ def live_receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     thread.join(10)
 
 
+@pytest.mark.server
 def test_three_batches_land_in_staging_of_the_real_receiver(live_receiver: tuple[str, Path]) -> None:
     url, staging_dir = live_receiver
     acks: list[Ack] = []
@@ -592,6 +593,7 @@ def produce_until(
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+@pytest.mark.server
 def test_a_replica_stopped_under_load_fails_over_and_loses_nothing(tmp_path: Path, how: str) -> None:
     settings = make_settings(tmp_path, rate_limit_per_s=0.0)  # one home: both replicas share staging
     started: list[ThreadReplica | ProcessReplica] = []

@@ -90,6 +90,7 @@ def test_clean_up_keeps_an_object_that_became_visible_after_the_grace(spark: Any
     assert out["objects_landed_late"] == 1
 
 
+@pytest.mark.server
 def test_a_skewed_receiver_names_s3_objects_with_the_stores_time(s3server: SeaweedS3) -> None:
     """The same receiver on S3: its object's name is the store's time (LastModified, 1 s
     resolution), not the receiver's clock."""

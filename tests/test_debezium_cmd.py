@@ -95,6 +95,7 @@ PG_ARGS = [
 ]
 
 
+@pytest.mark.server
 def test_writes_properties_java_reads_with_the_recommended_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, secrets: Path
 ) -> None:
@@ -174,6 +175,7 @@ def test_secrets_never_reach_the_command_line_or_any_output(
     capsys.readouterr()
 
 
+@pytest.mark.server
 def test_python_m_cdclake_debezium(tmp_path: Path) -> None:
     """The real entry point, as a user runs it: secrets from the environment and a file only."""
     (tmp_path / "pw").write_text(PASSWORD + "\n")

@@ -120,6 +120,7 @@ def test_rest_command_serves_the_catalog(monkeypatch: pytest.MonkeyPatch) -> Non
     assert main(["rest"]) == 0 and called
 
 
+@pytest.mark.server
 def test_local_stack_runs_the_rest_catalog(tmp_path: Path) -> None:
     settings = make_settings(
         tmp_path, receiver_port=free_port(), airflow_port=free_port(), rest_port=free_port(), spark_connect_url=""

@@ -27,6 +27,8 @@ from websockets.sync.client import connect as ws_connect
 from cdclake.local import free_port
 from tests.support.debezium import ANNE, ENVELOPE_SCHEMA, pg_payload
 
+pytestmark = pytest.mark.server  # real receiver and REST catalog processes on 127.0.0.1 ports
+
 DEADLINE_S = 1.0
 """Header and body deadline, and the WebSocket connect deadline, of the servers under test."""
 PATIENCE_S = 15.0

@@ -535,6 +535,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Sett
         yield url, settings
 
 
+@pytest.mark.server
 def test_pyiceberg_end_to_end(server: tuple[str, Settings]) -> None:
     from pyiceberg.exceptions import ForbiddenError, NamespaceNotEmptyError, NoSuchTableError
     from pyiceberg.types import LongType
@@ -588,6 +589,7 @@ def test_pyiceberg_end_to_end(server: tuple[str, Settings]) -> None:
         ro.create_namespace("nope")
 
 
+@pytest.mark.server
 def test_raw_dot_segments(server: tuple[str, Settings]) -> None:
     """Literal ``..`` as sent on the wire (HTTP clients usually normalize it away first)."""
     url, _ = server
@@ -604,6 +606,7 @@ def test_raw_dot_segments(server: tuple[str, Settings]) -> None:
         assert json.loads(body)["error"]["type"] == "BadRequestException"
 
 
+@pytest.mark.server
 def test_concurrent_appends_conflict_and_retry(server: tuple[str, Settings]) -> None:
     """Two clients append to one table at once: one commit loses the compare-and-swap (409), the
     client refreshes and retries, and every row lands."""

@@ -150,6 +150,7 @@ def test_encoded_separators_and_dot_segments_are_refused_even_inside(client: Tes
     nothing_outside(settings)
 
 
+@pytest.mark.server
 def test_pyiceberg_client_cannot_write_outside(tmp_path: Path) -> None:
     """The same through pyiceberg's RestCatalog against a served catalog."""
     from pyiceberg.exceptions import BadRequestError

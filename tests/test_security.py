@@ -80,6 +80,7 @@ def _run_receiver(home: Path, host: str, **env: str) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.server
 def test_receiver_process_refuses_a_non_loopback_host_without_a_tokens_file(tmp_path: Path) -> None:
     done = _run_receiver(tmp_path, TEST_NET)
     assert done.returncode != 0
@@ -221,6 +222,7 @@ def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, mo
     assert mode(Path(argv[argv.index("--properties-file") + 1])) == 0o600
 
 
+@pytest.mark.server
 def test_in_process_spark_session_keeps_credentials_off_the_jvm_command_line(tmp_path: Path) -> None:
     """pyspark starts its JVM as ``spark-submit --conf k=v ...`` with the builder's options: run
     ``cdclake.spark.session`` in a child whose Popen records that command instead."""
