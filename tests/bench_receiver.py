@@ -622,7 +622,8 @@ def main() -> None:
     transports = [t for t in args.transports.split(",") if t]
     compression = "deflate" if args.ws_deflate else None
 
-    # tests.conftest gives make_settings (the tests' settings); it makes an Airflow home at import.
+    # Importing tests.conftest makes a throwaway Airflow home (removed at the end); make_settings
+    # (the tests' settings) is in tests.support.
     from tests import conftest
     from tests.support import make_settings
 
