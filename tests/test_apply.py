@@ -14,7 +14,7 @@ from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.apply import classify, drop_exact_duplicates, flatten, normalise, rank_per_key
-from tests.conftest import apply_all, stage, staged_event_count, table_rows
+from tests.support import apply_all, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
 

@@ -18,7 +18,7 @@ from cdclake.events import UNAVAILABLE
 from cdclake.reference import diff, expected_runs
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
-from tests.conftest import apply_all, table_rows
+from tests.support import apply_all, table_rows
 
 pytestmark = pytest.mark.spark
 

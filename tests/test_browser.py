@@ -22,7 +22,7 @@ import pytest
 
 from cdclake.local import ADMIN_USER, LocalStack
 from cdclake.settings import PROJECT_ROOT
-from tests.conftest import running_stack
+from tests.support import running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

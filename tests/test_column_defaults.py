@@ -19,7 +19,7 @@ from cdclake.settings import Settings
 from receiver.app import create_app
 from spark_jobs.apply import MARK_CRASH, SimulatedCrash
 from spark_jobs.backfill import PREFIX
-from tests.conftest import apply_all
+from tests.support import apply_all
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 BASE = [{"field": "id", "type": "int64"}, {"field": "body", "type": "string", "optional": True}]

@@ -151,6 +151,7 @@ def test_settings_env_over_defaults_and_errors_name_the_variable(tmp_path: Path)
     assert pg["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db:5432/cat"
 
 
+@pytest.mark.server
 def test_contracts_package_imports_nothing_heavy() -> None:
     import subprocess
     import sys

@@ -16,7 +16,7 @@ from cdclake.events import UNAVAILABLE, encode
 from cdclake.reference import expected_tables
 from cdclake.settings import Settings
 from receiver.app import create_app
-from tests.conftest import apply_all, table_rows
+from tests.support import apply_all, table_rows
 
 pytestmark = pytest.mark.spark
 

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from cdclake import debezium, debezium_types
 from cdclake.settings import Settings
 from receiver.app import create_app
-from tests.conftest import apply_all
+from tests.support import apply_all
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 

@@ -248,7 +248,7 @@ def victim_state(settings: Settings) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def lake(spark: Any, spark_home: Path) -> tuple[dict[str, str], str, dict[str, Any]]:
     """A namespace of the suite's catalog holding a victim table, written before any hostile batch."""
-    from tests.conftest import stage
+    from tests.support import stage
 
     namespace = f"hostile{next(_lakes)}"
     env = limit_env(spark_home, SMALL)

@@ -23,7 +23,7 @@ from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.maintain import compact, expire
-from tests.conftest import apply_all, fresh_settings, stage, table_rows
+from tests.support import apply_all, fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
 

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from cdclake import events, staging
 from cdclake.settings import SettingsError, load
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 
 def ev(after: Any, seq: int = 1, key: str = "1", table: str = "t") -> dict[str, Any]:

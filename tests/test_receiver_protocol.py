@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from cdclake import staging
 from receiver.app import create_app
 from receiver.landing import IN_FLIGHT_S, Receipt
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 
 def ev(seq: int, table: str = "users", row: str | None = None, op: str = "INSERT", **after: Any) -> dict[str, Any]:

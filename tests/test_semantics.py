@@ -26,7 +26,7 @@ from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.apply import CRASH_POINTS, SimulatedCrash, apply_table
-from tests.conftest import apply_all, fresh_settings, stage, staged_event_count, table_rows
+from tests.support import apply_all, fresh_settings, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
 
