@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cdclake.settings import Settings
-from tests.support import fresh_settings, make_settings  # still imported by tests/test_debezium_server.py
+from tests.support import fresh_settings, make_settings
 from tests.support.airflow import FakeAirflow
 
 # Airflow reads its configuration once, at import: give it a throwaway home before any test

@@ -35,8 +35,8 @@ from cdclake.local import free_port
 from cdclake.settings import Settings
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
-from tests.conftest import fresh_settings, make_settings
 from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, fold, missing
+from tests.support import fresh_settings, make_settings
 
 pytestmark = [
     pytest.mark.debezium,
