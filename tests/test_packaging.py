@@ -175,3 +175,15 @@ def test_every_declared_package_is_locked() -> None:
     declared = {n for names in _project().values() for n in names} - {"cdclake"}
     assert not declared - locked, f"declared in pyproject.toml, not in requirements.lock: {sorted(declared - locked)}"
     assert set(_project()["client"]) == set(_project()["core"]), "the client extra is the core, by name"
+
+
+def test_lint_and_mypy_cover_every_python_directory() -> None:
+    """`make lint`: ruff checks, mypy types, every top-level directory that holds Python code."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    with_code = {Path(f).parts[0] for f in tracked.stdout.split() if len(Path(f).parts) > 1}
+    assert with_code >= {"cdclake", "receiver", "restcatalog", "spark_jobs", "dags", "tests"}
+    ruff = re.search(r"ruff check ([^\n]+)", (ROOT / "Makefile").read_text())
+    assert ruff
+    assert with_code <= set(ruff.group(1).split()), with_code - set(ruff.group(1).split())
+    mypy_files = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"])
+    assert with_code - {"tests"} <= mypy_files, with_code - {"tests"} - mypy_files
