@@ -98,7 +98,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _client_venv(tmp_path_factory)
 
 
-def test_client_extra_alone_imports_the_sdk_without_the_pipeline(client_venv: Path) -> None:
+def test_client_extra_alone_imports_the_sdk_without_the_pipeline(client_venv: Path, tmp_path: Path) -> None:
     python = str(client_venv / "bin" / "python")
     listed = subprocess.run(
         [str(UV), "pip", "list", "--format", "json", "--python", python], capture_output=True, text=True, check=True
@@ -119,6 +119,15 @@ def test_client_extra_alone_imports_the_sdk_without_the_pipeline(client_venv: Pa
     r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()) == ROOT / "cdclake" / "client.py"
+    # The `cdclake` command is there too; what needs the pipeline says which extra to install.
+    cli = subprocess.run(
+        [python, "-m", "cdclake", "tables"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "CDCLAKE_HOME": str(tmp_path)},
+    )
+    assert cli.returncode == 1 and 'pip install "cdclake[pipeline]"' in cli.stderr, cli.stderr
 
 
 def _imports(paths: list[Path]) -> dict[str, set[str]]:
