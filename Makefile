@@ -34,7 +34,7 @@ test-hostile: setup
 		$(PY) -m pytest tests/test_hostile.py tests/test_schemathesis.py $(ARGS)
 
 lint: setup
-	@.venv/bin/ruff check cdclake receiver spark_jobs dags tests
+	@.venv/bin/ruff check cdclake receiver restcatalog spark_jobs dags plugins tests
 	@.venv/bin/mypy
 
 # Re-resolve requirements.lock from requirements.in (needs PyPI).

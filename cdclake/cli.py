@@ -287,6 +287,13 @@ time travel in SQL (times are UTC):
 """
 
 
+# What the subcommands import and the `client` extra does not install (pyproject's `pipeline` extra).
+PIPELINE_MODULES = frozenset(
+    {"airflow", "pyspark", "pyiceberg", "pyarrow", "sqlalchemy", "boto3", "botocore", "starlette", "uvicorn"}
+    | {"anyio", "pydantic", "psutil", "psycopg2", "pymysql"}
+)
+
+
 def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Settings | None = None) -> int:
     """The command line. ``spark`` and ``settings`` let tests reuse a running session."""
     from cdclake.query import CATALOGS, FORMATS
@@ -354,6 +361,17 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
         return 130
     except (RuntimeError, SettingsError, AirflowError) as exc:
         print(f"[cdclake] error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        # An install of the producer SDK alone (`pip install "cdclake[client]"`) has the command
+        # but not what its subcommands run on.
+        if (exc.name or "").split(".")[0] not in PIPELINE_MODULES:
+            raise
+        print(
+            f"[cdclake] error: `cdclake {args.cmd}` needs the pipeline's packages ({exc.name} is not installed): "
+            'pip install "cdclake[pipeline]"',
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -42,7 +42,8 @@ CASES: list[tuple[str, dict[str, object]]] = [
 def cpu(pid: int) -> float:
     try:
         p = psutil.Process(pid)
-        return sum(t.user + t.system for t in [p.cpu_times(), *(c.cpu_times() for c in p.children(recursive=True))])
+        times = [p.cpu_times(), *(c.cpu_times() for c in p.children(recursive=True))]
+        return float(sum(t.user + t.system for t in times))
     except psutil.NoSuchProcess:
         return 0.0
 

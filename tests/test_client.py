@@ -580,7 +580,7 @@ def produce_until(
         with p:
             n, after_stop, deadline = 0, 0, time.monotonic() + 20
             while after_stop < 30 and time.monotonic() < deadline:
-                events = [
+                events: list[dict[str, Any]] = [
                     {"sequence": n + i, "operation": "INSERT", "table": "items", "rowId": str(n + i), "after": {"n": n}}
                     for i in range(EVENTS_PER_BATCH)
                 ]

@@ -6,6 +6,7 @@ expectations."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -49,7 +50,7 @@ def change(
     }
 
 
-def posts() -> list[list[dict[str, Any]]]:
+def posts() -> list[Sequence[dict[str, Any] | None]]:
     """Two interleaved transactions: tx 501 writes at LSN 110 but commits AFTER tx 502 (LSN 120),
     so commit order says 501's value wins even though its LSN is lower."""
     snapshot = [

@@ -236,9 +236,10 @@ def lake_state(settings: Settings) -> dict[str, tuple[str, str]]:
 
 def victim_state(settings: Settings) -> dict[str, Any]:
     t = load_table(settings, "victim")
-    assert t is not None and t.current_snapshot() is not None
+    snapshot = t.current_snapshot() if t is not None else None
+    assert t is not None and snapshot is not None
     return {
-        "snapshot": t.current_snapshot().snapshot_id,
+        "snapshot": snapshot.snapshot_id,
         "metadata": t.metadata_location,
         "rows": sorted(map(repr, t.scan().to_arrow().to_pylist())),
         "files": files_of(t.location()),

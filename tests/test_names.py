@@ -279,6 +279,7 @@ def test_the_apply_adds_columns_by_the_same_rule_within_the_column_budget() -> N
         [StructField("Zip", LongType()), StructField("zip", StringType()), StructField("doc", struct(A=LongType()))]
     )
     unified = unify_case(spelled)
+    assert isinstance(unified, StructType)
     assert [f.dataType for f in unified.fields][:2] == [StringType(), StringType()]
     deduped = StructType([StructField("Zip", StringType()), StructField("doc", struct(A=LongType()))])
     assert dedupe_case(unified) == deduped

@@ -108,8 +108,9 @@ def test_a_producer_over_its_backlog_quota_gets_buffer_full_while_another_keeps_
 def test_rotating_source_ids_does_not_grow_per_source_state_past_the_bound(tmp_path: Path) -> None:
     cap = 20
     s = env_settings(tmp_path, max_sources=cap)  # the token bucket is on (seed defaults)
-    with TestClient(create_app(s)) as c:
-        svc = c.app.state.service
+    app = create_app(s)
+    with TestClient(app) as c:
+        svc = app.state.service
         answers = [c.post("/v1/batches", json=batch(f"rot-{i}", 1, ["t"])) for i in range(cap)]
         locks = len(svc.lander._locks)
         answers += [c.post("/v1/batches", json=batch(f"rot-{i}", 1, ["t"])) for i in range(cap, 3 * cap)]
@@ -154,8 +155,9 @@ def test_idle_sources_are_forgotten_with_their_state_and_busy_ones_are_kept() ->
 
 def test_forgetting_an_idle_source_drops_every_piece_of_its_state(tmp_path: Path) -> None:
     s = env_settings(tmp_path, rate_limit_burst=2, rate_limit_per_s=1, max_new_tables_per_source=1)
-    with TestClient(create_app(s)) as c:
-        svc = c.app.state.service
+    app = create_app(s)
+    with TestClient(app) as c:
+        svc = app.state.service
         assert c.post("/v1/batches", json=batch("gone", 1, ["t1"])).status_code == 200
         assert "gone" in svc.lander._last and "gone" in svc.limiter._buckets
         assert "gone" in svc.new_tables.limiter._buckets

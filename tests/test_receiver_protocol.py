@@ -8,11 +8,12 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
 import zstandard
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from cdclake import staging
@@ -370,7 +371,7 @@ def test_operations_endpoints(home: Path) -> None:
 
 def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> None:
     with client_for(home) as c:
-        c.app.state.service.shutting_down = True  # what the server's signal handler sets first
+        cast(Starlette, c.app).state.service.shutting_down = True  # what the server's signal handler sets first
         r = c.post("/v1/batches", json=batch(1))
         ready = c.get("/ready")
     assert r.status_code == 503 and r.json()["reason"] == "shutting_down" and r.json()["shouldRetry"] is True

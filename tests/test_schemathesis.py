@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.core.result import Err
 from starlette.testclient import TestClient
 
 from cdclake.settings import PROJECT_ROOT, Settings, load
@@ -39,7 +40,12 @@ REST_TOKEN = "fuzz-writer-token"
 
 
 def labels(doc: dict[str, Any]) -> list[str]:
-    return [r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations()]
+    out = []
+    for r in schemathesis.openapi.from_dict(doc).get_all_operations():
+        if isinstance(r, Err):
+            raise r.err()
+        out.append(r.ok().label)
+    return out
 
 
 # The operation list comes from the documents themselves (settings only shape descriptions).

@@ -120,7 +120,8 @@ class Seed:
     def producer_block(self) -> str:
         blocks = re.findall(r"```typescript\n(.*?)```", self.text, re.S)
         (block,) = [b for b in blocks if "new WebSocket(" in b and "X-Client-ID" in b]
-        return block
+        text: str = block
+        return text
 
     def headers(self) -> dict[str, str]:
         block = self.producer_block()
