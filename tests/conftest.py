@@ -61,7 +61,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         bind(self, address)
 
     subprocess.Popen._execute_child = no_spawn  # type: ignore[attr-defined]
-    socket.socket.bind = no_listen  # type: ignore[method-assign]
+    socket.socket.bind = no_listen  # type: ignore[method-assign,assignment]
     try:
         return (yield)
     finally:
