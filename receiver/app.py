@@ -25,7 +25,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from cdclake import debezium, events, names, staging
+from cdclake import debezium, events, names, stores
 from cdclake.settings import Settings
 from cdclake.tables import load_table_config
 from receiver import auth, decode, landing, openapi, stream
@@ -61,7 +61,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        store = staging.open_store(settings)
+        store = stores.open_store(settings)
         # A local store is its own durability; a spool on the same disk would add nothing.
         spool = landing.Spool(settings.spool_dir) if settings.staging_url else None
         lander = landing.Lander(store, spool)
