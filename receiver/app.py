@@ -26,12 +26,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
 from cdclake import debezium, events, names, stores
+from cdclake.metrics import Metrics
 from cdclake.settings import Settings
 from cdclake.tables import load_table_config
 from receiver import auth, decode, landing, openapi, stream
 from receiver.backlog import Backlog
-from receiver.metrics import Metrics
 from receiver.notify import Notifier
+from receiver.rejected import Rejected
 from receiver.service import Answer, Service, describe_metrics, refusal
 
 DRAIN_EVERY_S = 1.0
@@ -119,13 +120,13 @@ def create_app(settings: Settings) -> Starlette:
     ) -> Response:
         svc = service_of(request)
         who = svc.authenticate(request.headers.get("authorization"))
-        if isinstance(who, decode.Rejected):
+        if isinstance(who, Rejected):
             return answer_response(refusal(who))
         try:
             raw = await decode.read_limited(request.stream(), request.headers.get("content-length"), *limit)
-        except decode.Rejected as exc:
+        except Rejected as exc:
             return answer_response(refusal(exc))
-        except ClientDisconnect:  # gone, or closed by a read deadline (receiver.connections)
+        except ClientDisconnect:  # gone, or closed by a read deadline (cdclake.connections)
             return Response(status_code=408)
         encoding = request.headers.get("content-encoding")
         producer_id = who.id if who is not None else None
@@ -155,15 +156,15 @@ def create_app(settings: Settings) -> Starlette:
         svc = service_of(request)
         source = request.path_params["source"]
         who = svc.authenticate(request.headers.get("authorization"))
-        if isinstance(who, decode.Rejected):
+        if isinstance(who, Rejected):
             return answer_response(refusal(who))
         if not SOURCE.fullmatch(source):
             return answer_response(
-                refusal(decode.Rejected(400, "invalid_format", f"must match {events.SOURCE_PATTERN}", "source"))
+                refusal(Rejected(400, "invalid_format", f"must match {events.SOURCE_PATTERN}", "source"))
             )
         if who is not None and who.id != source:
             return answer_response(
-                refusal(decode.Rejected(403, "invalid_format", f"this token is {who.id!r}'s", "source"))
+                refusal(Rejected(403, "invalid_format", f"this token is {who.id!r}'s", "source"))
             )
         try:
             last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
@@ -198,7 +199,7 @@ def create_app(settings: Settings) -> Starlette:
         svc = service_of(request)
         # Staging location and producer ids are not for anyone who can reach the port.
         who = svc.authenticate(request.headers.get("authorization"))
-        if isinstance(who, decode.Rejected):
+        if isinstance(who, Rejected):
             return answer_response(refusal(who))
         notifier: Notifier = request.state.notifier
         return JSONResponse(
@@ -241,7 +242,7 @@ def create_app(settings: Settings) -> Starlette:
     async def flush(request: Request) -> Response:
         svc = service_of(request)
         who = svc.authenticate(request.headers.get("authorization"))
-        if isinstance(who, decode.Rejected):
+        if isinstance(who, Rejected):
             return answer_response(refusal(who))
         notifier: Notifier = request.state.notifier
         try:

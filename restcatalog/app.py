@@ -40,8 +40,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cdclake.metrics import Metrics
 from cdclake.settings import Settings
-from receiver.metrics import Metrics
 from restcatalog import auth, errors, locations, names, openapi, partitions
 from restcatalog.catalog import Catalog, Loaded, client_config
 from restcatalog.errors import IcebergError, bad_request
