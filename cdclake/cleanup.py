@@ -20,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.settings import Settings
 
 log = logging.getLogger("cdclake.cleanup")
@@ -36,7 +36,7 @@ def clean_staging(
     """``now_ms`` (default: the clock) dates the receipt retention; a DAG passes its interval end."""
     from cdclake.catalog import table_watermark
 
-    store = store or staging.open_store(settings)
+    store = store or stores.open_store(settings)
     deleted: list[str] = []
     late: list[str] = []
     kept_unapplied = 0

@@ -25,10 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from cdclake.settings import Settings
+from typing import Protocol
 
 SUFFIX = ".ndjson"
 # The Airflow Asset the receiver updates after landings; cdc_apply is scheduled on it.
@@ -120,7 +117,8 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
 
 
 class Store(Protocol):
-    """Where staging objects and receipts live: :class:`LocalStaging` or ``cdclake.s3staging``.
+    """Where staging objects and receipts live: :class:`LocalStaging` or ``cdclake.s3staging``
+    (the configured one: :func:`cdclake.stores.open_store`).
 
     Paths are relative to the store's root and use ``/``. ``put`` and ``put_if_absent`` return
     only once the data is durable.
@@ -172,15 +170,6 @@ class Store(Protocol):
         """Write a probe object under :data:`CLOCK_FOLDER` and return its modification time in
         the store's clock (ms); the probe is removed. See :mod:`cdclake.storeclock`."""
         ...
-
-
-def open_store(settings: Settings) -> Store:
-    """The configured store. The S3 backend (boto3) is imported only when it is configured."""
-    if settings.staging_url.startswith("s3://"):
-        from cdclake.s3staging import S3Staging
-
-        return S3Staging.from_settings(settings)
-    return LocalStaging(settings.staging_dir)
 
 
 class LocalStaging:

@@ -48,7 +48,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from cdclake import names, staging
+from cdclake import names, staging, stores
 from cdclake.catalog import load_table, table_watermark
 from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, UNAVAILABLE
 from cdclake.locks import table_lock
@@ -918,7 +918,7 @@ def apply_table(
         phases[name] = round(now - mark, 2)
         mark = now
 
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     ident = table_ident(settings, table)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.

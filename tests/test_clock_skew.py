@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cdclake import events, staging
+from cdclake import events, staging, stores
 from cdclake.cleanup import clean_staging
 from cdclake.spark import table_ident
 from receiver.landing import Lander, Prepared
@@ -156,7 +156,7 @@ def test_a_receiver_that_cannot_read_the_stores_clock_is_not_ready_and_refuses_r
             raise PermissionError("cannot write the probe")
 
     settings = make_settings(tmp_path, rate_limit_per_s=0.0)
-    monkeypatch.setattr(staging, "open_store", lambda s: NoClock(s.staging_dir))
+    monkeypatch.setattr(stores, "open_store", lambda s: NoClock(s.staging_dir))
     with TestClient(create_app(settings)) as c:
         ready = c.get("/ready")
         body = {"source": "app", "sequenceNumber": 1, "events": [prepared_event(1)]}

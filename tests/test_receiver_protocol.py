@@ -382,7 +382,7 @@ def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> N
 def test_logs_are_one_json_object_per_line() -> None:
     import logging
 
-    from receiver.logs import JsonFormatter
+    from cdclake.logs import JsonFormatter
 
     rec = logging.LogRecord("cdclake.receiver", logging.INFO, __file__, 1, "batch landed", None, None)
     rec.source, rec.sequenceNumber = "app-1", 7

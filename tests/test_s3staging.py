@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.s3staging import S3Staging, parse_url
 from cdclake.settings import SettingsError
 from tests.s3server import SeaweedS3
@@ -189,7 +189,7 @@ def test_list_names(store: S3Staging) -> None:
 @pytest.mark.server
 def test_open_store_from_settings(s3server: SeaweedS3, tmp_path: Path) -> None:
     settings = make_settings(tmp_path, **s3server.settings_overrides("from-settings/nested"))
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     assert isinstance(store, S3Staging)
     assert (store.bucket, store.prefix) == (s3server.bucket, "from-settings/nested")
     store.check()
