@@ -98,6 +98,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _client_venv(tmp_path_factory)
 
 
+@pytest.mark.server  # builds or runs the client venv: subprocesses
 def test_client_extra_alone_imports_the_sdk_without_the_pipeline(client_venv: Path, tmp_path: Path) -> None:
     python = str(client_venv / "bin" / "python")
     listed = subprocess.run(
@@ -186,6 +187,7 @@ def test_every_declared_package_is_locked() -> None:
     assert set(_project()["client"]) == set(_project()["core"]), "the client extra is the core, by name"
 
 
+@pytest.mark.server  # git ls-files
 def test_lint_and_mypy_cover_every_python_directory() -> None:
     """`make lint`: ruff checks, mypy types, every top-level directory that holds Python code."""
     tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
