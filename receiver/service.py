@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from cdclake import events
 from cdclake.metrics import Metrics
+from cdclake.protocol import RETRYABLE_REASONS
 from cdclake.settings import Settings
 from cdclake.storeclock import StoreClockError
 from receiver import auth, decode, landing
@@ -64,12 +65,11 @@ def shown_paths(paths: list[str], settings: Settings) -> list[str]:
 def refusal(
     exc: Rejected, seq: int | None = None, cid: str | None = None, headers: dict[str, str] | None = None
 ) -> Answer:
-    retry = exc.reason in ("rate_limited", "buffer_full", "shutting_down", "load_shedding", "internal_error")
     body = nack(
         exc.reason,
         str(exc),
         sequence_number=seq,
-        should_retry=retry or exc.reason == "connection_limit",
+        should_retry=exc.reason in RETRYABLE_REASONS,
         correlation_id=cid,
         field=exc.field,
         **exc.extra,
