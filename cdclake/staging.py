@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 SUFFIX = ".ndjson"
 # The Airflow Asset the receiver updates after landings; cdc_apply is scheduled on it.
 ASSET_URI = "cdclake://staging"
@@ -114,6 +116,35 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
     """``(batch_sequence, generation)`` of a receipt's file name (no folder), or None."""
     m = _RECEIPT.match(name)
     return (int(m["seq"]), int(m["gen"])) if m else None
+
+
+class Receipt(msgspec.Struct):
+    """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.landing`),
+    read back there and by the clean-up (:mod:`cdclake.cleanup`)."""
+
+    source: str
+    sequenceNumber: int
+    generation: int
+    landedMs: int
+    """When the batch was claimed, in the staging store's time."""
+    digest: str
+    events: int
+    keys: list[str]
+    """The staging objects the batch is (being) written to."""
+    owner: str = ""
+    """``host:pid:boot`` of the receiver that claimed it: a claim of a dead process on this host
+    can be taken over at once instead of after the in-flight timeout."""
+
+
+_receipt_decoder = msgspec.json.Decoder(Receipt)
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    return msgspec.json.encode(receipt)
+
+
+def decode_receipt(data: bytes) -> Receipt:
+    return _receipt_decoder.decode(data)
 
 
 class Store(Protocol):

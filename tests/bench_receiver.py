@@ -291,7 +291,7 @@ def _phases(
         batch = timed("decode_batch", partial(events.decode_batch, body))
         objects = timed("stage_lines", partial(events.stage_lines, batch))
         digest = timed("digest sha256", partial(landing._digest, objects))
-        receipt = landing.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
+        receipt = staging.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
         path = staging.receipt_path(f"{source}-r", seq)
         timed("receipt put_if_absent", partial(store.put_if_absent, path, msgspec.json.encode(receipt)))
         for table, data in objects.items():

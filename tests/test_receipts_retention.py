@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from cdclake import staging
 from cdclake.cleanup import clean_staging
+from cdclake.staging import Receipt
 from receiver.app import create_app
-from receiver.landing import Receipt
 from tests.s3server import SeaweedS3
 from tests.support.receiver import batch, env_settings
 

@@ -17,8 +17,9 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from cdclake import staging
+from cdclake.staging import Receipt
 from receiver.app import create_app
-from receiver.landing import IN_FLIGHT_S, Receipt
+from receiver.landing import IN_FLIGHT_S
 from tests.support import make_settings
 
 
