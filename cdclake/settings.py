@@ -254,6 +254,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name} must be true or false, got {raw!r}")
 
 
+# Long: one line per CDCLAKE_* variable, in one place, so every variable and its default is read here.
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Read settings: keyword arguments over ``CDCLAKE_*`` variables over defaults."""
     e = os.environ if env is None else env
