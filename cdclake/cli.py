@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from cdclake import debezium_cmd
 from cdclake.airflow_api import AirflowError
 from cdclake.settings import Settings, SettingsError, load
+from cdclake.watermark import EVENT_COUNTS, count_key
 
 
 def _sigterm(signum: int, frame: Any) -> NoReturn:
@@ -215,8 +216,7 @@ def demo(settings: Settings, keep_running: bool) -> int:
                     f"SELECT order_id, status, amount, items FROM {ns}.orders ORDER BY order_id LIMIT 5",
                     "SELECT snapshot_id, "
                     + ", ".join(
-                        f"summary['cdclake.events-{k}'] AS {k}"
-                        for k in ("received", "applied", "duplicate", "superseded", "late", "quarantined")
+                        f"summary['{count_key(k)}'] AS {k}" for k in EVENT_COUNTS
                     )
                     + f" FROM {ns}.orders.snapshots",
                     f"SELECT _cdc_seq, _cdc_operation, _cdc_outcome, status, amount FROM {ns}.orders__changes "
