@@ -4,7 +4,6 @@ only applied objects, and the per-table lock. Results compared with the referenc
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -113,10 +112,10 @@ def test_staging_clean_up_deletes_only_applied_objects_and_spent_receipts(spark:
     stage(settings, w.batches[4:])  # landed, not applied
     for b in w.batches:  # receipts as the receiver writes them
         keys = [k.path for k in store.list("orders") if k.batch_sequence == b["sequenceNumber"]]
-        store.put_if_absent(
-            staging.receipt_path(b["source"], b["sequenceNumber"]),
-            json.dumps({"keys": keys}).encode(),
+        receipt = staging.Receipt(
+            b["source"], b["sequenceNumber"], 0, int(time.time() * 1000), "", len(b["events"]), keys
         )
+        store.put_if_absent(staging.receipt_path(b["source"], b["sequenceNumber"]), staging.encode_receipt(receipt))
     future = int((time.time() + 3600) * 1000)
     dry = clean_staging(settings, future, dry_run=True)
     assert dry["objects_deleted"] == 4 and len(list(store.list("orders"))) == 6
