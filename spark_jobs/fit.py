@@ -161,84 +161,13 @@ def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) ->
 
     Every spelling of a column in ``after`` (the read type) is parsed on its own; fields are
     taken by position (:func:`spark_jobs.schema.slots`), spellings merge per table column."""
-    line = F.col(CORRUPT)
-    broken = line.isNotNull()
     table = {fold(f.name): f for f in target.fields}
     pairs = [(f, table[fold(f.name)]) for f in after.fields if fold(f.name) in table and not is_reserved(f.name)]
     typed = [j for j, (f, _) in enumerate(pairs) if not isinstance(f.dataType, StringType)]
-    refused = "_cdc_refused"
-    strict = {**JSON_OPTIONS, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": refused}
-
-    def image(fields: list[StructField], *extra: StructField) -> StructType:
-        return StructType([StructField("after", StructType(fields)), *extra])
-
-    def by_position(parsed: Column, fields: list[StructField]) -> Column:
-        return parsed.cast(StructType([StructField(f"_{k}", f.dataType) for k, f in enumerate(fields)]))
-
-    # Each parse once, of a corrupt line only: one projection per step keeps every later
-    # reference a column (Spark does not inline an expensive expression used more than once).
-    text, kinds = "_cdc_w_texts", "_cdc_w_kinds"
-    checks = [f"_cdc_w_check{j}" for j in typed]
-    as_text = [StructField(f.name, StringType()) for f, _ in pairs]
-    as_variant = [StructField(pairs[j][0].name, VariantType()) for j in typed]
-    parsed = fitted.select(
-        "*",
-        F.when(broken, by_position(F.from_json(line, image(as_text), JSON_OPTIONS).getField("after"), as_text)).alias(
-            text
-        ),
-        F.when(
-            broken, by_position(F.from_json(line, image(as_variant), JSON_OPTIONS).getField("after"), as_variant)
-        ).alias(kinds),
-        *[
-            F.when(broken, F.from_json(line, image([pairs[j][0]], StructField(refused, StringType())), strict)).alias(c)
-            for j, c in zip(typed, checks, strict=True)
-        ],
-    )
-    failed = {j: F.col(c).getField(refused).isNotNull() for j, c in zip(typed, checks, strict=True)}
-    texts = {j: F.col(text).getField(f"_{j}") for j in range(len(pairs))}
-    held = {j: texts[j] == UNAVAILABLE for j in range(len(pairs))}
-    shape = {j: F.schema_of_variant(F.col(kinds).getField(f"_{k}")) for k, j in enumerate(typed)}
-    flags = parsed.select(
-        "*",
-        *[(failed[j] & ~held[j]).alias(f"_cdc_w_bad{j}") for j in typed],
-        *[
-            F.when(s.startswith("OBJECT"), "object")
-            .when(s.startswith("ARRAY"), "array")
-            .when(s == "STRING", "string")
-            .when(s == "BOOLEAN", "boolean")
-            .otherwise("number")
-            .alias(f"_cdc_w_kind{j}")
-            for j, s in shape.items()
-        ],
-    )
-    reasons: list[Column] = []
-    # Per table column: is any spelling refused or unavailable, and the values its spellings give.
-    dropped: dict[str, list[Column]] = {}
-    given: dict[str, list[Column]] = {}
-    for j, (f, t) in enumerate(pairs):
-        if j in failed:
-            c = checks[typed.index(j)]
-            bad, kind, shown = F.col(f"_cdc_w_bad{j}"), F.col(f"_cdc_w_kind{j}"), texts[j]
-            shown = F.when(kind == "string", F.regexp_extract(F.to_json(F.array(shown)), r"^\[(.*)\]$", 1)).otherwise(
-                shown
-            )
-            prefix, suffix = f"column {t.name}: ", f" does not fit {t.dataType.simpleString()}"
-            why = F.concat(F.lit(prefix), kind, F.lit(" "), F.substring(shown, 1, 200), F.lit(suffix))
-            reasons.append(F.when(bad, why))
-            # Partial results kept the values of the columns that did parse; else the re-parse.
-            value = conform(F.col(c).getField("after").getField(f.name), f.dataType, t.dataType)[0]
-            dropped.setdefault(t.name, []).append(failed[j] | held[j])
-        else:  # a string column takes any value (a non-string as its JSON text)
-            value = texts[j]
-            dropped.setdefault(t.name, []).append(held[j])
-        given.setdefault(t.name, []).append(value)
-    values = {
-        name: F.when(reduce(lambda a, b: a | b, dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
-            F.coalesce(col(name), *given[name])
-        )
-        for name in given
-    }
-    kept = [F.when(held[j], F.lit(t.name)) for j, (_, t) in enumerate(pairs)]
+    flags = _parse_corrupt(fitted, pairs, typed)
+    reasons, values, kept = _column_verdicts(pairs, typed, target)
+    line = F.col(CORRUPT)
+    broken = line.isNotNull()
     explained = flags.select(
         "*",
         (F.concat_ws("; ", *reasons) if reasons else F.lit("")).alias("_cdc_w_named"),
@@ -259,3 +188,107 @@ def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) ->
         else:
             out.append(col(c))
     return explained.select(*out)
+
+
+# The columns _parse_corrupt adds, per after-image field j (its position in ``pairs``).
+_REFUSED = "_cdc_refused"
+_TEXTS, _KINDS = "_cdc_w_texts", "_cdc_w_kinds"
+
+
+def _check(j: int) -> str:
+    return f"_cdc_w_check{j}"
+
+
+def _text(j: int) -> Column:
+    return F.col(_TEXTS).getField(f"_{j}")
+
+
+def _failed(j: int) -> Column:
+    return F.col(_check(j)).getField(_REFUSED).isNotNull()
+
+
+def _held(j: int) -> Column:
+    return _text(j) == UNAVAILABLE
+
+
+def _parse_corrupt(fitted: DataFrame, pairs: list[tuple[StructField, StructField]], typed: list[int]) -> DataFrame:
+    """``fitted`` plus, for a corrupt line: every field as text, each typed field's JSON kind and
+    whether its value alone is refused (``_cdc_w_bad{j}``, ``_cdc_w_kind{j}``)."""
+    line = F.col(CORRUPT)
+    broken = line.isNotNull()
+    strict = {**JSON_OPTIONS, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": _REFUSED}
+
+    def image(fields: list[StructField], *extra: StructField) -> StructType:
+        return StructType([StructField("after", StructType(fields)), *extra])
+
+    def by_position(parsed: Column, fields: list[StructField]) -> Column:
+        return parsed.cast(StructType([StructField(f"_{k}", f.dataType) for k, f in enumerate(fields)]))
+
+    # Each parse once, of a corrupt line only: one projection per step keeps every later
+    # reference a column (Spark does not inline an expensive expression used more than once).
+    as_text = [StructField(f.name, StringType()) for f, _ in pairs]
+    as_variant = [StructField(pairs[j][0].name, VariantType()) for j in typed]
+    parsed = fitted.select(
+        "*",
+        F.when(broken, by_position(F.from_json(line, image(as_text), JSON_OPTIONS).getField("after"), as_text)).alias(
+            _TEXTS
+        ),
+        F.when(
+            broken, by_position(F.from_json(line, image(as_variant), JSON_OPTIONS).getField("after"), as_variant)
+        ).alias(_KINDS),
+        *[
+            F.when(broken, F.from_json(line, image([pairs[j][0]], StructField(_REFUSED, StringType())), strict)).alias(
+                _check(j)
+            )
+            for j in typed
+        ],
+    )
+    shape = {j: F.schema_of_variant(F.col(_KINDS).getField(f"_{k}")) for k, j in enumerate(typed)}
+    return parsed.select(
+        "*",
+        *[(_failed(j) & ~_held(j)).alias(f"_cdc_w_bad{j}") for j in typed],
+        *[
+            F.when(s.startswith("OBJECT"), "object")
+            .when(s.startswith("ARRAY"), "array")
+            .when(s == "STRING", "string")
+            .when(s == "BOOLEAN", "boolean")
+            .otherwise("number")
+            .alias(f"_cdc_w_kind{j}")
+            for j, s in shape.items()
+        ],
+    )
+
+
+def _column_verdicts(
+    pairs: list[tuple[StructField, StructField]], typed: list[int], target: StructType
+) -> tuple[list[Column], dict[str, Column], list[Column]]:
+    """Over :func:`_parse_corrupt`'s columns: the reasons (one per refused value), each table
+    column's value and the table columns holding an unavailable placeholder."""
+    reasons: list[Column] = []
+    # Per table column: is any spelling refused or unavailable, and the values its spellings give.
+    dropped: dict[str, list[Column]] = {}
+    given: dict[str, list[Column]] = {}
+    for j, (f, t) in enumerate(pairs):
+        if j in typed:
+            bad, kind, shown = F.col(f"_cdc_w_bad{j}"), F.col(f"_cdc_w_kind{j}"), _text(j)
+            shown = F.when(kind == "string", F.regexp_extract(F.to_json(F.array(shown)), r"^\[(.*)\]$", 1)).otherwise(
+                shown
+            )
+            prefix, suffix = f"column {t.name}: ", f" does not fit {t.dataType.simpleString()}"
+            why = F.concat(F.lit(prefix), kind, F.lit(" "), F.substring(shown, 1, 200), F.lit(suffix))
+            reasons.append(F.when(bad, why))
+            # Partial results kept the values of the columns that did parse; else the re-parse.
+            value = conform(F.col(_check(j)).getField("after").getField(f.name), f.dataType, t.dataType)[0]
+            dropped.setdefault(t.name, []).append(_failed(j) | _held(j))
+        else:  # a string column takes any value (a non-string as its JSON text)
+            value = _text(j)
+            dropped.setdefault(t.name, []).append(_held(j))
+        given.setdefault(t.name, []).append(value)
+    values = {
+        name: F.when(reduce(lambda a, b: a | b, dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
+            F.coalesce(col(name), *given[name])
+        )
+        for name in given
+    }
+    kept = [F.when(_held(j), F.lit(t.name)) for j, (_, t) in enumerate(pairs)]
+    return reasons, values, kept
