@@ -20,8 +20,10 @@ sql: setup
 test: setup
 	@$(PY) -m pytest
 
+# Unit tests only (< 2 min on 2 cores): no Spark, no server, no subprocess (markers in pyproject.toml;
+# tests/conftest.py fails an unmarked test that starts a process or listens on a port).
 test-fast: setup
-	@$(PY) -m pytest -m "not e2e and not spark"
+	@$(PY) -m pytest -m "not e2e and not spark and not server"
 
 # The long hostile-producer run: randomized (new examples every time, shrunk to minimal ones),
 # many more examples than CI's derandomized few. `make test-hostile` or
@@ -32,7 +34,7 @@ test-hostile: setup
 		$(PY) -m pytest tests/test_hostile.py tests/test_schemathesis.py $(ARGS)
 
 lint: setup
-	@.venv/bin/ruff check cdclake receiver spark_jobs dags tests
+	@.venv/bin/ruff check cdclake receiver restcatalog spark_jobs dags plugins tests
 	@.venv/bin/mypy
 
 # Re-resolve requirements.lock from requirements.in (needs PyPI).

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from cdclake import staging, watermark
+from cdclake import staging, stores, watermark
 from cdclake.settings import Settings
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def pending_objects(
     settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
 ) -> Iterator[staging.ObjectKey]:
     """Staging objects their table has not consumed yet, table by table."""
-    store = store or staging.open_store(settings)
+    store = store or stores.open_store(settings)
     wanted = {t.lower() for t in only} if only else None
     for table in store.tables():
         if wanted is not None and table not in wanted:

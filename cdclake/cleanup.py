@@ -5,7 +5,7 @@ apply run, after the side tables) says it was consumed AND it landed before the 
 visible within the landing grace of its name (else the watermark may have passed it unseen: it is
 kept and counted as ``objects_landed_late``).
 
-A receipt (:mod:`receiver.landing`: the claim that makes a batch land once) goes when no object
+A receipt (:class:`cdclake.staging.Receipt`: the claim that makes a batch land once) goes when no object
 it names is left: a resend of that batch can no longer be recognised anyway, it gets 409. Each
 producer's newest receipt is kept longer, for ``CDCLAKE_RECEIPT_RETENTION_S`` after it landed:
 it is how the receiver checks the producer's numbering (the next batch must be its number + 1).
@@ -15,12 +15,11 @@ and go leave no state behind; if it comes back, its numbering starts afresh.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.settings import Settings
 
 log = logging.getLogger("cdclake.cleanup")
@@ -36,7 +35,7 @@ def clean_staging(
     """``now_ms`` (default: the clock) dates the receipt retention; a DAG passes its interval end."""
     from cdclake.catalog import table_watermark
 
-    store = store or staging.open_store(settings)
+    store = store or stores.open_store(settings)
     deleted: list[str] = []
     late: list[str] = []
     kept_unapplied = 0
@@ -98,11 +97,11 @@ def _stale_receipts(store: staging.Store, going: set[str], forget_before_ms: int
                 out.append(prefix + n)  # a generation that was taken over
                 continue
             data = store.read(prefix + n)
-            receipt = json.loads(data) if data else {}
-            if not all(k in going or not store.exists(k) for k in receipt.get("keys", [])):
+            receipt = staging.decode_receipt(data) if data else None
+            if receipt is not None and not all(k in going or not store.exists(k) for k in receipt.keys):
                 continue  # some of its objects wait to be applied (or to age)
-            # Without a landing time (older receipts) the newest is kept, as it always was.
-            if seq == newest_seq and int(receipt.get("landedMs", forget_before_ms)) >= forget_before_ms:
+            # The producer's newest receipt is kept until it is older than the retention.
+            if seq == newest_seq and (receipt is None or receipt.landedMs >= forget_before_ms):
                 continue
             out.append(prefix + n)
     return out

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from cdclake import debezium_cmd
 from cdclake.airflow_api import AirflowError
 from cdclake.settings import Settings, SettingsError, load
+from cdclake.watermark import EVENT_COUNTS, count_key
 
 
 def _sigterm(signum: int, frame: Any) -> NoReturn:
@@ -148,6 +149,8 @@ def snapshots(settings: Settings, table: str, fmt: str) -> int:
 
 
 def rest() -> int:
+    # Imported here, not at the top: cdclake is the layer below the services (tests/test_import_graph.py
+    # lists this one entry point), and no other command should load uvicorn, Starlette and pyiceberg.
     from restcatalog.__main__ import main as serve
 
     serve()
@@ -213,8 +216,7 @@ def demo(settings: Settings, keep_running: bool) -> int:
                     f"SELECT order_id, status, amount, items FROM {ns}.orders ORDER BY order_id LIMIT 5",
                     "SELECT snapshot_id, "
                     + ", ".join(
-                        f"summary['cdclake.events-{k}'] AS {k}"
-                        for k in ("received", "applied", "duplicate", "superseded", "late", "quarantined")
+                        f"summary['{count_key(k)}'] AS {k}" for k in EVENT_COUNTS
                     )
                     + f" FROM {ns}.orders.snapshots",
                     f"SELECT _cdc_seq, _cdc_operation, _cdc_outcome, status, amount FROM {ns}.orders__changes "
@@ -287,6 +289,13 @@ time travel in SQL (times are UTC):
 """
 
 
+# What the subcommands import and the `client` extra does not install (pyproject's `pipeline` extra).
+PIPELINE_MODULES = frozenset(
+    {"airflow", "pyspark", "pyiceberg", "pyarrow", "sqlalchemy", "boto3", "botocore", "starlette", "uvicorn"}
+    | {"anyio", "pydantic", "psutil", "psycopg2", "pymysql"}
+)
+
+
 def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Settings | None = None) -> int:
     """The command line. ``spark`` and ``settings`` let tests reuse a running session."""
     from cdclake.query import CATALOGS, FORMATS
@@ -354,6 +363,17 @@ def main(argv: Sequence[str] | None = None, *, spark: Any = None, settings: Sett
         return 130
     except (RuntimeError, SettingsError, AirflowError) as exc:
         print(f"[cdclake] error: {exc}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as exc:
+        # An install of the producer SDK alone (`pip install "cdclake[client]"`) has the command
+        # but not what its subcommands run on.
+        if (exc.name or "").split(".")[0] not in PIPELINE_MODULES:
+            raise
+        print(
+            f"[cdclake] error: `cdclake {args.cmd}` needs the pipeline's packages ({exc.name} is not installed): "
+            'pip install "cdclake[pipeline]"',
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -25,20 +25,15 @@ from urllib.parse import quote, urlsplit
 import httpx
 import msgspec
 
+from cdclake.protocol import DEFAULT_MAX_BODY_BYTES, LEAVING_REASONS, PROTOCOL_VERSION, RETRYABLE_REASONS
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Nack reasons that describe the receiver's state rather than the batch: the same batch may pass later.
-RETRYABLE_REASONS = frozenset(
-    {"buffer_full", "rate_limited", "internal_error", "shutting_down", "load_shedding", "connection_limit", "ip_limit"}
-)
 _RETRYABLE_STATUS = frozenset({408, 425, 429})
 # A gateway status without the receiver's own JSON answer: a proxy found no healthy replica behind it.
 _GATEWAY_STATUS = frozenset({502, 503, 504})
-# Nack reasons by which a replica says it is going away: another replica should take the batch.
-LEAVING_REASONS = frozenset({"shutting_down"})
-PROTOCOL_VERSION = 1
-MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_MESSAGE_BYTES = DEFAULT_MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)

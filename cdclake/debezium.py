@@ -93,18 +93,18 @@ Batch
     number, and its events are still dropped one by one as exact duplicates.
 """
 
+# Long: the docstring above is the specification of the Debezium mapping (about 95 lines).
+
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from cdclake import debezium_types, events, names
+from cdclake.debezium_source import MAX_LONG, hash_encoder, json_ok, kind, long_at, metadata, position, sub
 from cdclake.events import CDCEvent, InvalidBatch, Operation
 
 __all__ = [
@@ -121,9 +121,10 @@ DEFAULT_KEY_COLUMNS: tuple[str, ...] = ("id",)
 KeyColumns = Sequence[str] | Mapping[str, Sequence[str]]
 """Row-key columns: one list for every table, or by table name (as sent, else lower-cased;
 ``"*"`` for the rest; tables in neither use ``("id",)``)."""
+Images = dict[str, dict[str, Any] | None]
+"""An event's ``before`` and ``after`` row images."""
 ColumnTypes = Mapping[str, Mapping[str, str]]
 """Declared types of events without a schema: table (as sent, else lower-cased) -> column -> type."""
-MAX_LONG = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,6 @@ UNSUPPORTED = {"t": "truncate", "m": "message"}
 
 _TABLE = re.compile(events.TABLE_PATTERN)
 _SOURCE_BAD = re.compile(r"[^A-Za-z0-9._-]")
-_DIGITS = re.compile(r"^[0-9]+$")
-_FILE_INDEX = re.compile(r"([0-9]+)$")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_hash_encoder = msgspec.json.Encoder(order="deterministic")
 
 
 class OnlyTombstones(InvalidBatch):
@@ -184,51 +181,6 @@ def looks_like_debezium(obj: Any) -> bool:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _sub(path: str, name: str) -> str:
-    return f"{path}.{name}" if _IDENT.match(name) else f"{path}[{json.dumps(name)}]"
-
-
-def _long(value: Any, path: str, what: str = "an integer") -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidBatch(path, f"expected {what}, got {_kind(value)}")
-    if not 0 <= value <= MAX_LONG:
-        raise InvalidBatch(path, f"expected {what} in [0, 2**63-1], got {value}")
-    return value
-
-
-def _opt_str(obj: Mapping[str, Any], name: str, path: str) -> str | None:
-    value = obj.get(name)
-    if value is not None:
-        if not isinstance(value, str):
-            raise InvalidBatch(_sub(path, name), f"expected a string, got {_kind(value)}")
-        _json_ok(value, _sub(path, name))
-    return value
-
-
-def _json_ok(value: Any, path: str) -> bytes:
-    """The deterministic JSON encoding of ``value``; InvalidBatch if it is not JSON data."""
-    try:
-        return _hash_encoder.encode(value)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise InvalidBatch(path, f"not encodable as JSON: {exc}") from None
-
-
 def _hash63(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & MAX_LONG
 
@@ -256,7 +208,7 @@ def _columns_for(key_columns: KeyColumns, table: str) -> tuple[str, ...]:
 def _row_id(image: Mapping[str, Any], image_path: str, columns: tuple[str, ...]) -> str:
     values = []
     for col in columns:
-        path = _sub(image_path, col)
+        path = sub(image_path, col)
         if col not in image:
             raise InvalidBatch(path, f"key column {col!r} missing from the row image")
         value = image[col]
@@ -268,57 +220,95 @@ def _row_id(image: Mapping[str, Any], image_path: str, columns: tuple[str, ...])
     if len(values) == 1 and isinstance(values[0], str):
         rid = values[0]
     else:
-        where = _sub(image_path, columns[0]) if len(columns) == 1 else image_path
-        rid = _json_ok(values[0] if len(values) == 1 else values, where).decode()
+        where = sub(image_path, columns[0]) if len(columns) == 1 else image_path
+        rid = json_ok(values[0] if len(values) == 1 else values, where).decode()
     if not 1 <= len(rid) <= events.MAX_ROW_ID_CHARS:
-        where = _sub(image_path, columns[0]) if len(columns) == 1 else image_path
+        where = sub(image_path, columns[0]) if len(columns) == 1 else image_path
         raise InvalidBatch(where, f"row key must be 1..{events.MAX_ROW_ID_CHARS} characters, got {len(rid)}")
     return rid
 
 
-def _pg_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
-    seq = source.get("sequence")
-    if seq is not None:
-        path = _sub(spath, "sequence")
-        if not isinstance(seq, str):
-            raise InvalidBatch(path, f"expected a JSON string holding [commit LSN, LSN], got {_kind(seq)}")
-        try:
-            pair = json.loads(seq)
-        except (ValueError, RecursionError):
-            raise InvalidBatch(path, f"not a JSON array: {seq[:100]!r}") from None
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise InvalidBatch(path, f"expected a 2-element array [commit LSN, LSN], got {seq[:100]!r}")
-        order = []
-        for part in pair:
-            if part is None:
-                order.append(0)
-            elif isinstance(part, str) and _DIGITS.match(part) and int(part) <= MAX_LONG:
-                order.append(int(part))
-            elif isinstance(part, int) and not isinstance(part, bool) and 0 <= part <= MAX_LONG:
-                order.append(part)
-            else:
-                raise InvalidBatch(path, f"LSNs must be decimal strings in [0, 2**63-1] or null, got {seq[:100]!r}")
-        return order
-    if source.get("lsn") is not None:
-        return [_long(source["lsn"], _sub(spath, "lsn"), "an LSN")]
-    return None
+def _payload(item: dict[str, Any], base: str) -> tuple[str, dict[str, Any]]:
+    """``(its JSON path, the payload)``: the enveloped ``payload``, or the flattened event itself."""
+    if "payload" not in item:
+        return base, item
+    ppath, payload = f"{base}.payload", item["payload"]
+    if not isinstance(payload, dict):
+        raise InvalidBatch(ppath, f"expected an object, got {kind(payload)}")
+    return ppath, payload
 
 
-def _mysql_order(source: Mapping[str, Any], spath: str) -> list[int] | None:
-    file, pos = source.get("file"), source.get("pos")
-    if file is None or pos is None:
-        return None
-    if not isinstance(file, str):
-        raise InvalidBatch(_sub(spath, "file"), f"expected a binlog file name, got {_kind(file)}")
-    m = _FILE_INDEX.search(file)
-    if not m or int(m[1]) > MAX_LONG:
-        raise InvalidBatch(_sub(spath, "file"), f"binlog file name must end in its index: {file[:100]!r}")
-    row = source.get("row")
-    return [
-        int(m[1]),
-        _long(pos, _sub(spath, "pos"), "a binlog position"),
-        0 if row is None else _long(row, _sub(spath, "row"), "a row number"),
-    ]
+def _op(payload: Mapping[str, Any], ppath: str) -> str:
+    op = payload.get("op")
+    opath = f"{ppath}.op"
+    if op is None:
+        raise InvalidBatch(opath, "required (c, r, u or d)")
+    if not isinstance(op, str):
+        raise InvalidBatch(opath, f"expected a string, got {kind(op)}")
+    if op in UNSUPPORTED:
+        raise InvalidBatch(opath, f"unsupported: {UNSUPPORTED[op]} events ('{op}') cannot be applied to rows")
+    if op not in OPERATIONS:
+        raise InvalidBatch(opath, f"unknown op {op[:20]!r} (expected c, r, u or d)")
+    return op
+
+
+def _source_table(payload: Mapping[str, Any], ppath: str) -> tuple[dict[str, Any], str, str]:
+    """``(source block, its path, source.table)``."""
+    spath = f"{ppath}.source"
+    source = payload.get("source")
+    if source is None:
+        raise InvalidBatch(spath, "required")
+    if not isinstance(source, dict):
+        raise InvalidBatch(spath, f"expected an object, got {kind(source)}")
+    tpath = f"{spath}.table"
+    table = source.get("table")
+    if table is None:
+        raise InvalidBatch(tpath, "required")
+    if not isinstance(table, str):
+        raise InvalidBatch(tpath, f"expected a string, got {kind(table)}")
+    if not _TABLE.match(table):
+        raise InvalidBatch(tpath, f"table name {table[:140]!r} must match {events.TABLE_PATTERN}")
+    if table.lower().endswith(events.RESERVED_SUFFIXES):
+        raise InvalidBatch(tpath, f"names ending in {', '.join(events.RESERVED_SUFFIXES)} are reserved")
+    return source, spath, table
+
+
+def _images(payload: Mapping[str, Any], ppath: str, op: str, limits: names.Limits) -> Images:
+    """``before`` and ``after``, each checked against the door rule; the key's image must be there."""
+    images: Images = {}
+    for name in ("before", "after"):
+        image = payload.get(name)
+        if image is not None and not isinstance(image, dict):
+            raise InvalidBatch(f"{ppath}.{name}", f"expected an object or null, got {kind(image)}")
+        images[name] = image
+    key_image = "before" if op == "d" else "after"
+    if images[key_image] is None:
+        why = "the deleted row's key is read from it" if op == "d" else "the new row image"
+        raise InvalidBatch(f"{ppath}.{key_image}", f"required for op '{op}' ({why})")
+    for name, img in images.items():
+        if img is not None:
+            json_ok(img, f"{ppath}.{name}")
+            try:
+                names.check_image(img, limits)
+            except names.Refused as exc:
+                raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
+    return images
+
+
+def _timestamp(payload: Mapping[str, Any], source: Mapping[str, Any], ppath: str, spath: str) -> int:
+    if payload.get("ts_ms") is not None:
+        return long_at(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
+    if source.get("ts_ms") is not None:
+        return long_at(source["ts_ms"], f"{spath}.ts_ms", "milliseconds")
+    raise InvalidBatch(f"{ppath}.ts_ms", "required (or source.ts_ms)")
+
+
+def _transaction(payload: Mapping[str, Any], ppath: str) -> tuple[dict[str, Any], str]:
+    xpath = f"{ppath}.transaction"
+    tx = payload.get("transaction")
+    if tx is not None and not isinstance(tx, dict):
+        raise InvalidBatch(xpath, f"expected an object or null, got {kind(tx)}")
+    return tx or {}, xpath
 
 
 def _event(
@@ -328,136 +318,43 @@ def _event(
     limits: names.Limits = names.DEFAULT,
     column_types: ColumnTypes | None = None,
 ) -> CDCEvent:
-    ppath = base
-    payload: Any = item
-    if "payload" in item:
-        ppath, payload = f"{base}.payload", item["payload"]
-        if not isinstance(payload, dict):
-            raise InvalidBatch(ppath, f"expected an object, got {_kind(payload)}")
-
-    op = payload.get("op")
-    opath = f"{ppath}.op"
-    if op is None:
-        raise InvalidBatch(opath, "required (c, r, u or d)")
-    if not isinstance(op, str):
-        raise InvalidBatch(opath, f"expected a string, got {_kind(op)}")
-    if op in UNSUPPORTED:
-        raise InvalidBatch(opath, f"unsupported: {UNSUPPORTED[op]} events ('{op}') cannot be applied to rows")
-    if op not in OPERATIONS:
-        raise InvalidBatch(opath, f"unknown op {op[:20]!r} (expected c, r, u or d)")
-    operation = OPERATIONS[op]
-
-    spath = f"{ppath}.source"
-    source = payload.get("source")
-    if source is None:
-        raise InvalidBatch(spath, "required")
-    if not isinstance(source, dict):
-        raise InvalidBatch(spath, f"expected an object, got {_kind(source)}")
-    tpath = f"{spath}.table"
-    table = source.get("table")
-    if table is None:
-        raise InvalidBatch(tpath, "required")
-    if not isinstance(table, str):
-        raise InvalidBatch(tpath, f"expected a string, got {_kind(table)}")
-    if not _TABLE.match(table):
-        raise InvalidBatch(tpath, f"table name {table[:140]!r} must match {events.TABLE_PATTERN}")
-    if table.lower().endswith(events.RESERVED_SUFFIXES):
-        raise InvalidBatch(tpath, f"names ending in {', '.join(events.RESERVED_SUFFIXES)} are reserved")
-
-    images: dict[str, dict[str, Any] | None] = {}
-    for name in ("before", "after"):
-        image = payload.get(name)
-        if image is not None and not isinstance(image, dict):
-            raise InvalidBatch(f"{ppath}.{name}", f"expected an object or null, got {_kind(image)}")
-        images[name] = image
+    # Checked in this order, so a post with several faults is always refused for the same one.
+    ppath, payload = _payload(item, base)
+    op = _op(payload, ppath)
+    source, spath, table = _source_table(payload, ppath)
+    images = _images(payload, ppath, op, limits)
     key_image = "before" if op == "d" else "after"
-    image = images[key_image]
-    if image is None:
-        why = "the deleted row's key is read from it" if op == "d" else "the new row image"
-        raise InvalidBatch(f"{ppath}.{key_image}", f"required for op '{op}' ({why})")
-    for name, img in images.items():
-        if img is not None:
-            _json_ok(img, f"{ppath}.{name}")
-            try:
-                names.check_image(img, limits)
-            except names.Refused as exc:
-                raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
+    image = images[key_image]
+    assert image is not None  # _images refuses an event without it
     row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
     schema = item.get("schema") if ppath != base else None
     if schema is None and column_types:
         declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
     else:
         declared, column_defaults = _apply_schema(schema, images)
-
-    if payload.get("ts_ms") is not None:
-        timestamp = _long(payload["ts_ms"], f"{ppath}.ts_ms", "milliseconds")
-    elif source.get("ts_ms") is not None:
-        timestamp = _long(source["ts_ms"], f"{spath}.ts_ms", "milliseconds")
-    else:
-        raise InvalidBatch(f"{ppath}.ts_ms", "required (or source.ts_ms)")
-
-    xpath = f"{ppath}.transaction"
-    tx = payload.get("transaction")
-    if tx is not None and not isinstance(tx, dict):
-        raise InvalidBatch(xpath, f"expected an object or null, got {_kind(tx)}")
-    tx = tx or {}
-
-    connector = _opt_str(source, "connector", spath)
-    order: list[int] | None = None
-    if connector == "postgresql":
-        order = _pg_order(source, spath)
-    elif connector in ("mysql", "mariadb"):
-        order = _mysql_order(source, spath)
-    by_position = order is not None
-    if order is None:
-        if source.get("ts_ms") is not None:
-            order = [_long(source["ts_ms"], f"{spath}.ts_ms", "milliseconds")]
-        else:
-            order = [timestamp]
-        if tx.get("total_order") is not None:
-            order.append(_long(tx["total_order"], f"{xpath}.total_order", "a position in the transaction"))
-
-    tx_id = tx.get("id")
-    tx_path = f"{xpath}.id"
-    if tx_id is None:
-        tx_id, tx_path = source.get("txId"), f"{spath}.txId"
-    if tx_id is not None and (isinstance(tx_id, bool) or not isinstance(tx_id, str | int)):
-        raise InvalidBatch(tx_path, f"expected a string or integer, got {_kind(tx_id)}")
-    _json_ok(tx_id, tx_path)
-    # Postgres' LSN is a number; other connectors' log positions (SQL Server, Db2) are strings.
-    lsn = source.get("lsn") if connector == "postgresql" else None
-    if lsn is not None:
-        _long(lsn, f"{spath}.lsn", "an LSN")
-    metadata = {
-        "connector": connector,
-        "db": _opt_str(source, "db", spath),
-        "schema": _opt_str(source, "schema", spath),
-        "txId": tx_id,
-        "lsn": lsn,
-        "op": op,
-    }
-    metadata = {k: v for k, v in metadata.items() if v is not None}
-
+    timestamp = _timestamp(payload, source, ppath, spath)
+    tx, xpath = _transaction(payload, ppath)
+    connector, order, by_position = position(source, spath, tx, xpath, timestamp)
     ident: list[Any] = [table, row_id, op, order]
     if not by_position:
         ident += [images["before"], images["after"]]
     return CDCEvent(
-        sequence=_hash63(_hash_encoder.encode(ident)),
+        sequence=_hash63(hash_encoder.encode(ident)),
         timestamp=timestamp,
-        operation=operation,
+        operation=OPERATIONS[op],
         table=table,
         rowId=row_id,
         before=images["before"],
         after=images["after"],
-        metadata=metadata,
+        metadata=metadata(source, spath, tx, xpath, connector, op),
         order=order,
         columnTypes=declared or None,
         columnDefaults=column_defaults or None,
     )
 
 
-def _apply_schema(schema: Any, images: dict[str, dict[str, Any] | None]) -> tuple[dict[str, str], dict[str, Any]]:
+def _apply_schema(schema: Any, images: Images) -> tuple[dict[str, str], dict[str, Any]]:
     """Type the images in place by the envelope's Connect schema (:mod:`cdclake.debezium_types`);
     the declared column types and defaults (empty without a schema)."""
     types: dict[str, str] = {}
@@ -492,7 +389,7 @@ def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:
     if name is None:
         raise InvalidBatch(path, "required to name the producer (or pass producer=)")
     if not isinstance(name, str):
-        raise InvalidBatch(path, f"expected a string, got {_kind(name)}")
+        raise InvalidBatch(path, f"expected a string, got {kind(name)}")
     clean = _sanitise_source(name)
     if not clean:
         raise InvalidBatch(path, f"no usable producer id in {name[:100]!r}")
@@ -521,7 +418,7 @@ def to_batch(
     elif obj is None or isinstance(obj, dict):
         items = [("$", obj)]
     else:
-        raise InvalidBatch("$", f"expected a Debezium change event or an array of them, got {_kind(obj)}")
+        raise InvalidBatch("$", f"expected a Debezium change event or an array of them, got {kind(obj)}")
 
     out: list[CDCEvent] = []
     sources: list[tuple[str, str]] = []
@@ -529,7 +426,7 @@ def to_batch(
         if item is None:
             continue  # tombstone
         if not isinstance(item, dict):
-            raise InvalidBatch(base, f"expected a change event object or null, got {_kind(item)}")
+            raise InvalidBatch(base, f"expected a change event object or null, got {kind(item)}")
         if "payload" in item and item["payload"] is None:
             continue  # enveloped tombstone
         out.append(_event(item, base, key_columns, limits, column_types))
@@ -551,5 +448,5 @@ def to_batch(
                 raise InvalidBatch(
                     path, f"{name!r} differs from the first event's {source!r}; pass producer= to mix connectors"
                 )
-    number = _hash63(_hash_encoder.encode([ev.sequence for ev in out]))
+    number = _hash63(hash_encoder.encode([ev.sequence for ev in out]))
     return events.Batch(source=source, sequenceNumber=number, events=out)

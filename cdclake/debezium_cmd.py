@@ -70,6 +70,7 @@ class UsageError(RuntimeError):
     """A flag's value breaks a rule; the message names the flag."""
 
 
+# Long: argparse declarations, one per flag, grouped as `--help` shows them.
 def add_parser(sub: Any) -> None:
     d = sub.add_parser(
         "debezium",

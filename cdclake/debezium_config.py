@@ -305,6 +305,7 @@ def _source(db: Database, state_dir: Path) -> dict[str, str]:
     return p
 
 
+# Long: the properties themselves, one line each, in the order the file is written.
 def properties(
     db: Database,
     sink: Sink,

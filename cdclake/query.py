@@ -28,7 +28,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from cdclake.settings import Settings
-from cdclake.watermark import SUMMARY_KEY
+from cdclake.watermark import EVENT_COUNTS, SUMMARY_KEY, counts_of
 
 FORMATS = ("table", "csv", "json")
 CATALOGS = ("jdbc", "rest")
@@ -38,7 +38,6 @@ TABLE_ROWS = 100
 """Default ``--max-rows`` of the table format; CSV and JSON print every row by default."""
 MAX_CELL = 60
 """Longer values are cut to this many characters (ending in ``…``) in the table format."""
-EVENT_COUNTS = ("received", "applied", "duplicate", "superseded", "late", "quarantined")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # The two documented time-travel questions (README "Time travel"); tests run these very texts.
@@ -709,7 +708,7 @@ def snapshots_report(settings: Settings, table: str) -> Result:
     rows = []
     for s in sorted(t.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0)):
         props = dict(s.summary.additional_properties) if s.summary is not None else {}
-        counts = [int(props[f"cdclake.events-{k}"]) if f"cdclake.events-{k}" in props else None for k in EVENT_COUNTS]
+        counts = counts_of(props)
         rows.append(
             (
                 s.snapshot_id,

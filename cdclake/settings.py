@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cdclake.names import MAX_DEPTH_CEILING
+from cdclake.protocol import DEFAULT_MAX_BODY_BYTES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 MAX_MAP_LENGTH = 1024
@@ -253,6 +254,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name} must be true or false, got {raw!r}")
 
 
+# Long: one line per CDCLAKE_* variable, in one place, so every variable and its default is read here.
 def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Read settings: keyword arguments over ``CDCLAKE_*`` variables over defaults."""
     e = os.environ if env is None else env
@@ -277,7 +279,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         airflow_port=_int(e, "CDCLAKE_AIRFLOW_PORT", 8080, 0),
         landing_grace_s=_int(e, "CDCLAKE_LANDING_GRACE_S", 300, 1),
         max_objects_per_run=_int(e, "CDCLAKE_MAX_OBJECTS_PER_RUN", 1000, 1),
-        max_body_bytes=_int(e, "CDCLAKE_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024),
+        max_body_bytes=_int(e, "CDCLAKE_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, 1024),
         tombstone_retention_s=_int(e, "CDCLAKE_TOMBSTONE_RETENTION_S", 7 * 24 * 3600, 0),
         table_config=Path(e["CDCLAKE_TABLE_CONFIG"]).resolve() if e.get("CDCLAKE_TABLE_CONFIG") else None,
         staging_url=s("STAGING_URL", ""),

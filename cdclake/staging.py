@@ -25,10 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from cdclake.settings import Settings
+import msgspec
 
 SUFFIX = ".ndjson"
 # The Airflow Asset the receiver updates after landings; cdc_apply is scheduled on it.
@@ -119,8 +118,38 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
     return (int(m["seq"]), int(m["gen"])) if m else None
 
 
+class Receipt(msgspec.Struct):
+    """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.landing`),
+    read back there and by the clean-up (:mod:`cdclake.cleanup`)."""
+
+    source: str
+    sequenceNumber: int
+    generation: int
+    landedMs: int
+    """When the batch was claimed, in the staging store's time."""
+    digest: str
+    events: int
+    keys: list[str]
+    """The staging objects the batch is (being) written to."""
+    owner: str = ""
+    """``host:pid:boot`` of the receiver that claimed it: a claim of a dead process on this host
+    can be taken over at once instead of after the in-flight timeout."""
+
+
+_receipt_decoder = msgspec.json.Decoder(Receipt)
+
+
+def encode_receipt(receipt: Receipt) -> bytes:
+    return msgspec.json.encode(receipt)
+
+
+def decode_receipt(data: bytes) -> Receipt:
+    return _receipt_decoder.decode(data)
+
+
 class Store(Protocol):
-    """Where staging objects and receipts live: :class:`LocalStaging` or ``cdclake.s3staging``.
+    """Where staging objects and receipts live: :class:`LocalStaging` or ``cdclake.s3staging``
+    (the configured one: :func:`cdclake.stores.open_store`).
 
     Paths are relative to the store's root and use ``/``. ``put`` and ``put_if_absent`` return
     only once the data is durable.
@@ -172,15 +201,6 @@ class Store(Protocol):
         """Write a probe object under :data:`CLOCK_FOLDER` and return its modification time in
         the store's clock (ms); the probe is removed. See :mod:`cdclake.storeclock`."""
         ...
-
-
-def open_store(settings: Settings) -> Store:
-    """The configured store. The S3 backend (boto3) is imported only when it is configured."""
-    if settings.staging_url.startswith("s3://"):
-        from cdclake.s3staging import S3Staging
-
-        return S3Staging.from_settings(settings)
-    return LocalStaging(settings.staging_dir)
 
 
 class LocalStaging:

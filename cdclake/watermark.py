@@ -21,6 +21,25 @@ from dataclasses import dataclass, field
 SUMMARY_KEY = "cdclake.watermark"
 FORMAT_VERSION = 1
 
+# The apply's accounting sits beside the watermark in the same snapshot summary:
+# received = applied + duplicate + superseded + late + quarantined.
+EVENT_COUNTS = ("received", "applied", "duplicate", "superseded", "late", "quarantined")
+
+
+def count_key(outcome: str) -> str:
+    """The snapshot-summary key of one of :data:`EVENT_COUNTS`."""
+    return f"cdclake.events-{outcome}"
+
+
+def count_properties(counts: Mapping[str, int]) -> dict[str, str]:
+    """An apply's counts as snapshot-summary properties."""
+    return {count_key(k): str(v) for k, v in counts.items()}
+
+
+def counts_of(summary: Mapping[str, str]) -> list[int | None]:
+    """:data:`EVENT_COUNTS` read back from a snapshot summary, None where absent."""
+    return [int(summary[count_key(k)]) if count_key(k) in summary else None for k in EVENT_COUNTS]
+
 
 @dataclass(frozen=True)
 class Watermark:

@@ -84,7 +84,7 @@ def cdc_apply() -> None:
         pending = pending_tables(settings, only=list(params.get("tables") or []))
         log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
-        jobs = []
+        jobs: list[dict[str, Any]] = []
         for group in table_groups(pending, settings.max_mapped_tasks):
             log.info("apply group %d: %s", len(jobs), {t: pending[t] for t in group})
             runs = [["--table", t, "--max-objects", max_objects] for t in group]

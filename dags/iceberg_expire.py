@@ -45,9 +45,7 @@ def _interval_end() -> datetime:
     Either is fixed for the run, so a retry or re-run computes the same cutoffs."""
     ctx = get_current_context()
     end = ctx.get("data_interval_end")
-    if end is None:
-        end = ctx["dag_run"].run_after
-    return end  # type: ignore[no-any-return]
+    return end if end is not None else ctx["dag_run"].run_after
 
 
 @dag(

@@ -7,10 +7,10 @@ import sys
 
 import uvicorn
 
+from cdclake.connections import server_config
 from cdclake.exposure import receiver_refusal
 from cdclake.settings import load
 from receiver.app import create_app
-from receiver.connections import server_config
 
 
 class Server(uvicorn.Server):

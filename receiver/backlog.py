@@ -17,7 +17,7 @@ from typing import Any
 
 from cdclake import staging
 from cdclake.settings import Settings
-from receiver.decode import Rejected
+from receiver.rejected import Rejected
 
 log = logging.getLogger("cdclake.receiver")
 HEALTH_EVERY_S = 60.0

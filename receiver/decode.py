@@ -1,7 +1,7 @@
 """Request bodies to batches: size limits, Content-Encoding, JSON / NDJSON / Debezium.
 
-Every failure is a :class:`Rejected` carrying the HTTP status, the seed's nack reason, and the
-field or limit at fault, so the transports answer alike.
+Every failure is a :class:`receiver.rejected.Rejected` carrying the HTTP status, the seed's nack
+reason, and the field or limit at fault, so the transports answer alike.
 """
 
 from __future__ import annotations
@@ -16,21 +16,7 @@ from typing import Any
 import msgspec
 
 from cdclake import debezium, events, names
-
-
-class Rejected(Exception):
-    def __init__(
-        self, status: int, reason: str, message: str, field: str | None = None, extra: dict[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.field = field
-        self.extra = extra or {}
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+from receiver.rejected import Rejected
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from cdclake.events import Batch
 from cdclake.settings import Settings
 from receiver.backlog import Backlog
-from receiver.decode import Rejected
 from receiver.ratelimit import RateLimiter
+from receiver.rejected import Rejected
 
 HOUR_S = 3600.0
 

@@ -40,6 +40,7 @@ import msgspec
 
 from cdclake import staging
 from cdclake.events import Batch, stage_lines
+from cdclake.staging import Receipt
 from cdclake.storeclock import StoreClock
 
 _PUTS = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="cdclake-put")
@@ -65,19 +66,6 @@ class SequenceError(Exception):
 
 class InFlight(Exception):
     """Another landing of the same batch is in progress (another replica): retry shortly."""
-
-
-class Receipt(msgspec.Struct):
-    source: str
-    sequenceNumber: int
-    generation: int
-    landedMs: int
-    digest: str
-    events: int
-    keys: list[str]
-    owner: str = ""
-    """``host:pid:boot`` of the receiver that claimed it: a claim of a dead process on this host
-    can be taken over at once instead of after :data:`IN_FLIGHT_S`."""
 
 
 def _owner() -> str:
@@ -152,7 +140,6 @@ def _digest(objects: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
-_receipt_decoder = msgspec.json.Decoder(Receipt)
 _spool_decoder = msgspec.json.Decoder(Spooled)
 
 
@@ -312,7 +299,7 @@ class Lander:
         if not gens:
             return None
         data = self.store.read(staging.receipt_prefix(source) + max(gens))
-        return None if data is None else _receipt_decoder.decode(data)
+        return None if data is None else staging.decode_receipt(data)
 
     @staticmethod
     def _same_content(p: Prepared, receipt: Receipt) -> None:
@@ -336,7 +323,7 @@ class Lander:
         )
         for _ in range(10):
             path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
-            if self.store.put_if_absent(path, msgspec.json.encode(receipt)):
+            if self.store.put_if_absent(path, staging.encode_receipt(receipt)):
                 todo = [k for k in keys if receipt.generation == 0 or not self._exists(k)]
                 if len(todo) == 1:
                     self.store.put(todo[0], p.objects[todo[0].table])

@@ -19,8 +19,8 @@ import anyio
 import anyio.to_thread
 
 from cdclake import staging
+from cdclake.metrics import Metrics
 from cdclake.settings import Settings
-from receiver.metrics import Metrics
 
 log = logging.getLogger("cdclake.receiver")
 

@@ -13,23 +13,10 @@ import msgspec
 
 from cdclake import names
 from cdclake.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
+from cdclake.protocol import ACK_STATUSES, NACK_REASONS, PROTOCOL_VERSION
 from receiver.ratelimit import Decision
 
-PROTOCOL_VERSION = 1
-
-NACK_REASONS = (
-    "buffer_full",
-    "rate_limited",
-    "invalid_sequence",
-    "invalid_format",
-    "internal_error",
-    "shutting_down",
-    "payload_too_large",
-    "event_too_large",
-    "load_shedding",
-    "connection_limit",
-)
-ACK_STATUSES = ("ok", "persisted", "duplicate", "fallback")
+__all__ = ["ACK_STATUSES", "NACK_REASONS", "PROTOCOL_VERSION", "ack", "decode_client_message", "nack"]
 
 
 def now_ms() -> int:

@@ -19,14 +19,16 @@ import anyio
 import anyio.to_thread
 
 from cdclake import events
+from cdclake.metrics import Metrics
+from cdclake.protocol import RETRYABLE_REASONS
 from cdclake.settings import Settings
 from cdclake.storeclock import StoreClockError
 from receiver import auth, decode, landing
 from receiver.backlog import Backlog
 from receiver.fanout import NewTables, batch_tables
-from receiver.metrics import Metrics
 from receiver.protocol import ack, nack
 from receiver.ratelimit import Decision, RateLimiter
+from receiver.rejected import Rejected
 from receiver.sources import IDLE_S, Sources
 
 log = logging.getLogger("cdclake.receiver")
@@ -61,14 +63,13 @@ def shown_paths(paths: list[str], settings: Settings) -> list[str]:
 
 
 def refusal(
-    exc: decode.Rejected, seq: int | None = None, cid: str | None = None, headers: dict[str, str] | None = None
+    exc: Rejected, seq: int | None = None, cid: str | None = None, headers: dict[str, str] | None = None
 ) -> Answer:
-    retry = exc.reason in ("rate_limited", "buffer_full", "shutting_down", "load_shedding", "internal_error")
     body = nack(
         exc.reason,
         str(exc),
         sequence_number=seq,
-        should_retry=retry or exc.reason == "connection_limit",
+        should_retry=exc.reason in RETRYABLE_REASONS,
         correlation_id=cid,
         field=exc.field,
         **exc.extra,
@@ -146,12 +147,12 @@ class Service:
         self.ws_connections.pop(source, None)
         self.lander.forget(source)
 
-    def admit(self, source: str, authenticated: bool) -> decode.Rejected | None:
+    def admit(self, source: str, authenticated: bool) -> Rejected | None:
         """Note ``source`` as active; without tokens, a new one past CDCLAKE_MAX_SOURCES waits."""
         wait = self.sources.touch(source, enforce=not authenticated)
         if not wait:
             return None
-        return decode.Rejected(
+        return Rejected(
             429,
             "rate_limited",
             f"{len(self.sources)} producers sent within the last hour, the limit without tokens "
@@ -160,10 +161,10 @@ class Service:
             {"retryDelayMs": int(wait * 1000)},
         )
 
-    def ws_opened(self, source: str) -> decode.Rejected | None:
+    def ws_opened(self, source: str) -> Rejected | None:
         n = self.ws_connections.get(source, 0)
         if n >= self.settings.max_connections_per_source:
-            return decode.Rejected(
+            return Rejected(
                 429,
                 "connection_limit",
                 f"{source!r} already has {self.settings.max_connections_per_source} "
@@ -183,22 +184,22 @@ class Service:
 
     # ------------------------------------------------------------------ checks
 
-    def authenticate(self, authorization: str | None) -> auth.Producer | decode.Rejected | None:
+    def authenticate(self, authorization: str | None) -> auth.Producer | Rejected | None:
         """The producer, None when auth is off, or a 401 refusal."""
         if self.tokens is None:
             return None
         producer = self.tokens.producer(authorization)
         if producer is None:
             why = "missing bearer token" if not authorization else "unknown bearer token"
-            return decode.Rejected(401, "invalid_format", f"{why} (Authorization: Bearer <token>)", "Authorization")
+            return Rejected(401, "invalid_format", f"{why} (Authorization: Bearer <token>)", "Authorization")
         return producer
 
-    def rate(self, key: str) -> tuple[Decision, decode.Rejected | None]:
+    def rate(self, key: str) -> tuple[Decision, Rejected | None]:
         d = self.limiter.take(key)
         if d.allowed:
             return d, None
         ms = int(d.retry_after_s * 1000) + 1
-        return d, decode.Rejected(
+        return d, Rejected(
             429,
             "rate_limited",
             f"producer {key!r} is over {self.settings.rate_limit_per_s:g} batches/s "
@@ -207,22 +208,22 @@ class Service:
             {"retryDelayMs": ms},
         )
 
-    def gate(self, source: str | None = None) -> decode.Rejected | None:
+    def gate(self, source: str | None = None) -> Rejected | None:
         """Stopping, or the backlog (all of it, or ``source``'s share) at its limit."""
         if self.shutting_down:
-            return decode.Rejected(503, "shutting_down", "receiver is shutting down", None, {"retryDelayMs": 1000})
+            return Rejected(503, "shutting_down", "receiver is shutting down", None, {"retryDelayMs": 1000})
         return self.backlog.refusal(source)
 
-    def authorise(self, producer: auth.Producer | None, batch: events.Batch) -> decode.Rejected | None:
+    def authorise(self, producer: auth.Producer | None, batch: events.Batch) -> Rejected | None:
         if producer is None:
             return None
         if batch.source != producer.id:
-            return decode.Rejected(
+            return Rejected(
                 403, "invalid_format", f"this token sends as {producer.id!r}, not {batch.source!r}", "$.source"
             )
         for i, ev in enumerate(batch.events):
             if not producer.may_write(ev.table):
-                return decode.Rejected(
+                return Rejected(
                     403,
                     "invalid_format",
                     f"producer {producer.id!r} may not write table {ev.table!r}",
@@ -234,12 +235,12 @@ class Service:
         self,
         producer: auth.Producer | None,
         batch: events.Batch,
-        tables: dict[str, int] | decode.Rejected,
+        tables: dict[str, int] | Rejected,
         decision: Decision | None,
-    ) -> tuple[decode.Rejected | None, Decision | None]:
+    ) -> tuple[Rejected | None, Decision | None]:
         """What is checked once the batch is decoded; the token bucket's decision to answer with."""
         denied = self.authorise(producer, batch)
-        if denied is None and isinstance(tables, decode.Rejected):
+        if denied is None and isinstance(tables, Rejected):
             denied = tables
         if denied is None and producer is None:  # the source is known only now
             denied = self.admit(batch.source, authenticated=False)
@@ -248,7 +249,7 @@ class Service:
             denied = denied or self.gate(batch.source)
         n = self._per_source.get(batch.source, 0)
         if denied is None and n >= self.settings.max_connections_per_source:
-            denied = decode.Rejected(
+            denied = Rejected(
                 429,
                 "connection_limit",
                 f"{n} requests of {batch.source!r} are in flight, the limit "
@@ -317,7 +318,7 @@ class Service:
                 return refusal(limited, seq_hint, cid, decision.headers())
         try:
             decoded, tables = await anyio.to_thread.run_sync(self._decode, build)
-        except decode.Rejected as exc:
+        except Rejected as exc:
             return refusal(exc, seq_hint, cid)
         batch = decoded.batch
         if batch is None:
@@ -327,7 +328,7 @@ class Service:
         denied, decision = self._checks(producer, batch, tables, decision)
         headers = decision.headers() if decision is not None else {}
         new: list[str] = []
-        if denied is None and not isinstance(tables, decode.Rejected):
+        if denied is None and not isinstance(tables, Rejected):
             new, denied = self.new_tables.claim(source, tables)
         if denied is not None:
             return refusal(denied, seq, cid, headers)
@@ -409,7 +410,7 @@ class Service:
         )
         return Answer(503, body, headers | {"Retry-After": "1"})
 
-    def _decode(self, build: Callable[[], decode.Decoded]) -> tuple[decode.Decoded, dict[str, int] | decode.Rejected]:
+    def _decode(self, build: Callable[[], decode.Decoded]) -> tuple[decode.Decoded, dict[str, int] | Rejected]:
         """Decode, and the batch's distinct tables (or why there are too many)."""
         decoded = build()
         if decoded.batch is None:
@@ -417,7 +418,7 @@ class Service:
         self.backlog.ensure_known()
         try:
             return decoded, batch_tables(decoded.batch, self.settings.max_tables_per_batch)
-        except decode.Rejected as exc:
+        except Rejected as exc:
             return decoded, exc
 
     def _land_box(self, box: list[decode.Decoded]) -> tuple[landing.Landed, list[str]]:

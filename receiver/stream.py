@@ -41,6 +41,7 @@ from receiver.protocol import (
     now_ms,
     peek_ids,
 )
+from receiver.rejected import Rejected
 from receiver.service import Service, refusal
 
 log = logging.getLogger("cdclake.receiver")
@@ -105,7 +106,7 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
         notifier: Notifier = ws.state.notifier
         await ws.accept()
         who = svc.authenticate(ws.headers.get("authorization"))
-        if isinstance(who, decode.Rejected):
+        if isinstance(who, Rejected):
             await ws.send_json(refusal(who).body)
             await ws.close(POLICY_VIOLATION, who.message[:120])
             return
@@ -140,7 +141,7 @@ def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
                         nack("invalid_format", exc.message, sequence_number=seq, correlation_id=cid, field=exc.field)
                     )
                     continue
-                except decode.Rejected as exc:  # too deep to decode, so too deep to peek at
+                except Rejected as exc:  # too deep to decode, so too deep to peek at
                     await ws.send_json(refusal(exc).body)
                     continue
                 if isinstance(msg, Connect):

@@ -62,6 +62,7 @@ def _param(name: str, where: str = "query", **schema: Any) -> dict[str, Any]:
     return {"name": name, "in": where, "required": where == "path", "schema": {"type": "string", **schema}}
 
 
+# Long: a declarative OpenAPI document; splitting it would scatter one schema over several functions.
 def document() -> dict[str, Any]:
     _, top = models_json_schema(
         [(m, "validation") for m in BODIES], by_alias=True, ref_template="#/components/schemas/{model}"

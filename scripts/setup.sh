@@ -2,6 +2,7 @@
 # Installs everything cdclake needs on a fresh machine, idempotently:
 #   - Debian packages (a JRE for Spark, Maven to fetch jars) by apt-get, only if missing
 #   - .venv with the pinned Python lock (uv, itself pinned), bytecode compiled
+#   - for the tests only: .venv-client, the producer SDK's `client` extra alone (scripts/client-venv.sh)
 #   - JVM jars from Maven Central (versions in jars/pom.xml) into .jars/, checksums verified
 #   - for the tests only: Debezium Server (jars/debezium/pom.xml) into .debezium/, checksum verified
 set -euo pipefail
@@ -53,6 +54,13 @@ import pyspark.sql  # noqa: F401
 PY
   rm -f .venv/.cdclake-lock-*
   touch "$stamp"
+fi
+
+# --- The producer SDK alone (tests/test_packaging.py) ------------------------------------------
+# .venv-client: cdclake's `client` extra alone at the lock's versions, no Airflow/Spark/Iceberg
+# (scripts/client-venv.sh; a no-op while lock and pyproject are unchanged, ~4 s from the uv cache).
+if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
+  bash scripts/client-venv.sh .venv-client
 fi
 
 # --- JVM jars ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 from cdclake.catalog import load_table
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
+from cdclake.watermark import count_properties
 from spark_jobs import backfill
 from spark_jobs.decide import Tally
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
@@ -85,7 +86,7 @@ def commit_table(
     props = {
         **p.run.watermark_props(p.watermark, p.names),
         "cdclake.objects": str(len(p.names)),
-        **{f"cdclake.events-{k}": str(v) for k, v in t.counts.items()},
+        **count_properties(t.counts),
     }
     columns = [f.name for f in target.fields]
     with Commit(spark, props):

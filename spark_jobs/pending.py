@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.catalog import table_watermark
 from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.settings import Settings
@@ -53,7 +53,7 @@ class Pending:
 
 
 def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.
     wm_main = table_watermark(settings, table) or Watermark()

@@ -211,7 +211,7 @@ def main() -> None:
         def floor() -> int:
             out = final_rows(base, latest_changes(paths))
             pq.write_table(out, home / "floor.parquet")
-            return out.num_rows
+            return int(out.num_rows)
 
         dt, rows_c, rss = timed(floor)
         results["c"] = (dt, rss)
@@ -230,7 +230,7 @@ def main() -> None:
 
         def pyiceberg_apply() -> None:
             with tbl.transaction() as tx:
-                tx.delete(In("_cdc_row_id", set(latest["rowId"].to_pylist())))
+                tx.delete(In("_cdc_row_id", set(latest["rowId"].to_pylist())))  # type: ignore[call-arg,arg-type]
                 tx.append(final_rows(base.slice(0, 0), latest))
 
         dt, _, rss = timed(pyiceberg_apply)
@@ -256,7 +256,7 @@ def main() -> None:
 
                 monotonic = staticmethod(cpu_seconds)
 
-            job.time = CpuClock()  # type: ignore[assignment]
+            job.time = CpuClock()  # type: ignore[assignment,attr-defined]
 
         spark = session(settings, "cdclake-bench")
         spark.sparkContext.setLogLevel("ERROR")

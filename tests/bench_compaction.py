@@ -24,7 +24,7 @@ from cdclake.settings import load
 from cdclake.spark import session, table_ident
 from cdclake.workload import generate
 from spark_jobs.maintain import compact
-from tests.conftest import apply_all, stage
+from tests.support import apply_all, stage
 
 
 def median_s(fn: Any, n: int) -> float:

@@ -4,8 +4,10 @@ Spark SQL shows it (a benchmark, not a test; issue 14)::
     .venv/bin/python -m tests.bench_debezium_update [--rows 100000]
 
 The sink has the recommended settings of ``cdclake debezium`` (schemas on, batches of 200) and,
-side by side in the same run, the same UPDATE with ``schemas.enable=false`` and batches of 1000
-(the fastest setting measured in the README, but without the source's types) as the baseline.
+side by side in the same run, the same UPDATE with ``cdclake debezium --discover --no-schemas``
+(no schemas, batches of 200, the source's types from the table config) and, as the baseline,
+``schemas.enable=false`` with batches of 1000 and no configured types (the fastest setting
+measured in the README, but without the source's types).
 Per setting, seconds from the UPDATE's commit until every change landed in staging (and the
 receiver's events/s), then one apply of the table (Spark, in this process, as a ``cdc_apply``
 task runs it; Airflow's scheduling share is what ``make bench-freshness`` measures), then
@@ -24,12 +26,15 @@ from typing import Any
 
 import psutil
 
+from cdclake.debezium_config import key_toml
+from cdclake.debezium_discover import discover
 from cdclake.local import free_port
 from cdclake.settings import Settings, load
 from tests.debezium_server import LogicalPostgres, Pipeline, fail_fast_sink, missing
 
 CASES: list[tuple[str, dict[str, object]]] = [
     ("recommended: schemas on, batch.max-size=200", {"batch_max_size": 200}),
+    ("--discover --no-schemas: batch.max-size=200, types from the table config", {"schemas": False, "discover": True}),
     ("baseline: schemas.enable=false, batch.max-size=1000", {"batch_max_size": 1000, "schemas": False}),
 ]
 
@@ -37,7 +42,8 @@ CASES: list[tuple[str, dict[str, object]]] = [
 def cpu(pid: int) -> float:
     try:
         p = psutil.Process(pid)
-        return sum(t.user + t.system for t in [p.cpu_times(), *(c.cpu_times() for c in p.children(recursive=True))])
+        times = [p.cpu_times(), *(c.cpu_times() for c in p.children(recursive=True))]
+        return float(sum(t.user + t.system for t in times))
     except psutil.NoSuchProcess:
         return 0.0
 
@@ -59,8 +65,21 @@ def one(spark: Any, pg: LogicalPostgres, root: Path, i: int, rows: int, sink: di
     pg.sql(f"INSERT INTO items SELECT g, g, g / 100.0, now() FROM generate_series(1, {rows}) g", db)
     # The Spark session's catalog, a namespace and staging folder of this case's own.
     home = root / "spark"
-    settings = load({"CDCLAKE_HOME": str(home)}, receiver_port=free_port(), namespace=db, staging_dir=home / db)
-    p = Pipeline(root, settings, pg.database(db, ["items", "marks"]), fail_fast_sink(settings.receiver_url, **sink), db)
+    sink = dict(sink)
+    database = pg.database(db, ["items", "marks"])
+    config = None
+    if sink.pop("discover", False):
+        found = discover(database)
+        config = root / f"{db}.toml"
+        config.write_text(key_toml(database, found.keys, found.types))
+    settings = load(
+        {"CDCLAKE_HOME": str(home)},
+        receiver_port=free_port(),
+        namespace=db,
+        staging_dir=home / db,
+        table_config=config,
+    )
+    p = Pipeline(root, settings, database, fail_fast_sink(settings.receiver_url, **sink), db)
     p.start()
     try:
         if not p.wait_for("items", rows, timeout=900):
@@ -78,13 +97,16 @@ def one(spark: Any, pg: LogicalPostgres, root: Path, i: int, rows: int, sink: di
         while not visible(spark, settings, rows):
             time.sleep(0.2)
         seen = time.monotonic() - t0
+        fields = spark.table(f"{settings.catalog_name}.{settings.namespace}.items").schema.fields
+        types = {f.name: f.dataType.simpleString() for f in fields}
         me = psutil.Process().cpu_times()
         own = me.user + me.system - cpu0[2].user - cpu0[2].system
         dbz, rcv = cpu(p.debezium.proc.pid) - cpu0[0], cpu(p.receiver.pid) - cpu0[1]
         return (
             f"landed {landed:.1f}s ({rows / landed:,.0f} events/s), applied {applied:.1f}s "
             f"(apply {applied - landed:.1f}s, {result.get('applied')} applied), visible {seen:.1f}s; "
-            f"CPU s: Debezium {dbz:.1f}, receiver {rcv:.1f}, Spark+bench {own:.1f}"
+            f"CPU s: Debezium {dbz:.1f}, receiver {rcv:.1f}, Spark+bench {own:.1f}; "
+            f"price {types['price']}, at {types['at']}"
         )
     finally:
         p.stop()

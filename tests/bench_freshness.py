@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cdclake import staging
+from cdclake import stores
 from cdclake.catalog import load_table
 from cdclake.client import Producer
 from cdclake.local import LocalStack, free_port
@@ -117,7 +117,7 @@ class Load:
 
 def visible_at(settings: Any) -> dict[tuple[str, str, int], float]:
     """(table, source, batch seq) -> wall time of the commit whose watermark first holds it."""
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     out: dict[tuple[str, str, int], float] = {}
     for table in TABLES:
         t = load_table(settings, table)

@@ -291,7 +291,7 @@ def _phases(
         batch = timed("decode_batch", partial(events.decode_batch, body))
         objects = timed("stage_lines", partial(events.stage_lines, batch))
         digest = timed("digest sha256", partial(landing._digest, objects))
-        receipt = landing.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
+        receipt = staging.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
         path = staging.receipt_path(f"{source}-r", seq)
         timed("receipt put_if_absent", partial(store.put_if_absent, path, msgspec.json.encode(receipt)))
         for table, data in objects.items():
@@ -559,7 +559,7 @@ def s3_case(args: argparse.Namespace, home: Path, bodies: Bodies) -> tuple[Case 
         from tests.s3server import SeaweedS3
     except Exception as exc:  # being written by someone else: skip, do not fail the bench
         return None, None, f"tests/s3server.py not usable: {type(exc).__name__}: {exc}"
-    from tests.conftest import make_settings
+    from tests.support import make_settings
 
     with SeaweedS3() as s3:
         prefix = f"bench-{uuid.uuid4().hex[:8]}"
@@ -622,9 +622,10 @@ def main() -> None:
     transports = [t for t in args.transports.split(",") if t]
     compression = "deflate" if args.ws_deflate else None
 
-    # tests.conftest gives make_settings (the tests' settings); it makes an Airflow home at import.
+    # Importing tests.conftest makes a throwaway Airflow home (removed at the end); make_settings
+    # (the tests' settings) is in tests.support.
     from tests import conftest
-    from tests.conftest import make_settings
+    from tests.support import make_settings
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-bench-rcv-"))
     settings = make_settings(

@@ -38,7 +38,7 @@ from typing import Any
 import psutil
 import pyarrow.parquet as pq
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.settings import Settings, load
 from tests.bench_apply import T0_MS, base_rows, workload
 from tests.cluster import SparkStandalone
@@ -65,7 +65,7 @@ def object_lines(evs: list[dict[str, Any]], per_object: int) -> list[bytes]:
 
 
 def land(settings: Settings, table: str, bodies: list[bytes]) -> None:
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     for n, body in enumerate(bodies):
         store.put(staging.make_key(table, "bench", n, T0_MS + n), body)
 

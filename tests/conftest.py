@@ -1,10 +1,12 @@
+"""Fixtures and hooks only; the plain helpers the tests share are in tests/support/."""
+
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import os
 import signal
+import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from cdclake import events, staging
-from cdclake.reference import rows_by_key
-from cdclake.settings import Settings, load
-from cdclake.spark import catalog_conf
+from cdclake.settings import Settings
+from tests.support import fresh_settings, make_settings
+from tests.support.airflow import FakeAirflow
 
 # Airflow reads its configuration once, at import: give it a throwaway home before any test
 # imports it, so tests never touch ~/airflow or the demo's state.
@@ -34,47 +35,38 @@ def _terminate(signum: int, frame: Any) -> None:
 signal.signal(signal.SIGTERM, _terminate)
 
 
-def make_settings(home: Path, **overrides: Any) -> Settings:
-    return load({"CDCLAKE_HOME": str(home)}, **overrides)
+# A test (or a fixture it uses) that starts a process or listens on a port must say so with one
+# of these markers; `make test-fast` deselects them all. Unmarked tests run under the guard below.
+MAY_START = ("server", "spark", "e2e")
 
 
-def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | None = None) -> list[staging.ObjectKey]:
-    """Land batches the way the receiver does (decode, split per table, durable put)."""
-    store = staging.LocalStaging(settings.staging_dir)
-    keys = []
-    for b in batches:
-        batch = events.decode_batch(events.encode(b))
-        for table, data in events.stage_lines(batch).items():
-            key = staging.make_key(table, batch.source, batch.sequenceNumber, landed_ms)
-            store.put(key, data)
-            keys.append(key)
-    return keys
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Unmarked tests are unit tests: starting a process or binding a TCP port (fixtures included)
+    fails the test with a message naming the marker to add."""
+    if any(item.get_closest_marker(m) for m in MAY_START):
+        return (yield)
+    why = f"{item.nodeid} (or a fixture it set up) is not marked server/spark/e2e, so it may not"
+    spawn = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+    bind = socket.socket.bind
 
+    def no_spawn(self: Any, args: Any, *rest: Any, **kw: Any) -> Any:
+        if list(args)[:2] == ["file", "-b"]:  # platform.architecture(), which croniter's import calls
+            return spawn(self, args, *rest, **kw)
+        pytest.fail(f"{why} start a process ({args!r}): mark it @pytest.mark.server", pytrace=False)
 
-@contextlib.contextmanager
-def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
-    """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
-    from cdclake.local import LocalStack, free_port
+    def no_listen(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            pytest.fail(f"{why} bind a TCP/UDP port ({address!r}): mark it @pytest.mark.server", pytrace=False)
+        bind(self, address)
 
-    settings = make_settings(
-        home,
-        receiver_port=free_port(),
-        airflow_port=free_port(),
-        rest_port=free_port(),
-        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
-        **overrides,
-    )
-    s = LocalStack(settings)
-    with s:
-        yield s
-    assert not s.procs
-
-
-def staged_event_count(settings: Settings) -> int:
-    """Events that landed in staging. A batch re-sent within the same millisecond lands under the
-    same object name (identical content, one object), so this can be below what was sent."""
-    store = staging.LocalStaging(settings.staging_dir)
-    return sum(len(store.get(k).splitlines()) for t in store.tables() for k in store.list(t))
+    subprocess.Popen._execute_child = no_spawn  # type: ignore[attr-defined]
+    socket.socket.bind = no_listen  # type: ignore[method-assign,assignment]
+    try:
+        return (yield)
+    finally:
+        subprocess.Popen._execute_child = spawn  # type: ignore[attr-defined]
+        socket.socket.bind = bind  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")
@@ -96,37 +88,17 @@ def spark(spark_home: Path) -> Iterator[Any]:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-_namespaces = itertools.count()
-
-
-def fresh_settings(spark_home: Path, **overrides: Any) -> Settings:
-    """Settings on the session's catalog with a namespace and staging folder of their own."""
-    n = next(_namespaces)
-    return make_settings(spark_home, namespace=f"t{n}", staging_dir=spark_home / f"staging{n}", **overrides)
-
-
 @pytest.fixture()
 def settings(spark_home: Path) -> Settings:
     return fresh_settings(spark_home)
 
 
-def apply_all(spark: Any, settings: Settings, crash_at: str | None = None) -> list[dict[str, Any]]:
-    """Run the apply job once for every table with staging data."""
-    from spark_jobs.apply import apply_table
-
-    store = staging.LocalStaging(settings.staging_dir)
-    return [apply_table(spark, settings, t, 10_000, crash_at=crash_at) for t in store.tables()]
-
-
-def attach_catalog(spark: Any, settings: Settings) -> None:
-    """Register another stack's catalog in a running session (catalogs load lazily by name)."""
-    for key, value in catalog_conf(settings).items():
-        if key.startswith(f"spark.sql.catalog.{settings.catalog_name}"):
-            spark.conf.set(key, value)
-
-
-def table_rows(spark: Any, ident: str) -> dict[str, dict[str, Any]]:
-    return rows_by_key(spark.table(ident).collect())
+@pytest.fixture()
+def airflow(monkeypatch: pytest.MonkeyPatch) -> FakeAirflow:
+    """Airflow's REST API faked in-process for the receiver (tests/support/airflow.py)."""
+    fake = FakeAirflow()
+    monkeypatch.setattr("cdclake.airflow_api.AirflowClient", fake.client)
+    return fake
 
 
 @pytest.fixture(autouse=True)

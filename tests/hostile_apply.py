@@ -140,8 +140,10 @@ def check_table(
     assert len(quarantined) == counts["quarantined"], (quarantined, counts)
 
     t = load_table(settings, table)
-    if t is not None and t.current_snapshot() is not None:
-        summary = t.current_snapshot().summary.additional_properties
+    snapshot = t.current_snapshot() if t is not None else None
+    if snapshot is not None:
+        assert snapshot.summary is not None
+        summary = snapshot.summary.additional_properties
         assert {k: int(summary.get(f"cdclake.events-{k}", -1)) for k in counts} == counts, summary
 
     dtype = spark.table(table_ident(settings, table)).schema if t is not None else None

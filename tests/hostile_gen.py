@@ -11,6 +11,7 @@ break the rule sit in the shapes too (rarely): an event that takes one is refuse
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +95,7 @@ nested_names = st.one_of(names, st.sampled_from(TOP_RESERVED))  # reserved at th
 """Names for shapes: mostly legal; the ``bad`` mutation adds the illegal ones."""
 bad_names = st.one_of(st.sampled_from(ILLEGAL + TOP_RESERVED), st.text(alphabet=TRICKY, min_size=1, max_size=4))
 
-VARIANTS = [
+VARIANTS: list[Callable[[str], str]] = [
     str.upper,
     str.lower,
     str.swapcase,

@@ -15,7 +15,7 @@ from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.decide import classify, rank_per_key
 from spark_jobs.read import drop_exact_duplicates, flatten, normalise
-from tests.conftest import apply_all, stage, staged_event_count, table_rows
+from tests.support import apply_all, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -126,7 +126,8 @@ def test_pyiceberg_reads_what_spark_wrote(spark: Any, settings: Settings) -> Non
     assert not diff(expected_tables(w.batches)["orders"], via_pyiceberg)
     assert t.schema().identifier_field_names() == {"_cdc_row_id"}
     first_object = next(staging.LocalStaging(settings.staging_dir).list("orders"))
-    assert table_watermark(settings, "orders").consumed(first_object.name)
+    watermark = table_watermark(settings, "orders")
+    assert watermark is not None and watermark.consumed(first_object.name)
 
 
 def test_new_column_is_added_to_the_table(spark: Any, settings: Settings) -> None:

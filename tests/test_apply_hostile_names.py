@@ -21,7 +21,7 @@ from cdclake.events import UNAVAILABLE
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from spark_jobs.sqltext import quote, quote_path, sql_type
-from tests.conftest import apply_all, fresh_settings, table_rows
+from tests.support import apply_all, fresh_settings, table_rows
 
 pytestmark = pytest.mark.spark
 

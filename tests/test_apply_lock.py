@@ -17,7 +17,7 @@ from cdclake import locks
 from cdclake.catalog import table_watermark
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from tests.conftest import fresh_settings, stage, table_rows
+from tests.support import fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
 BOUND_S = 300.0  # a bound on waiting for a Spark job on a busy machine, never a measurement

@@ -18,7 +18,7 @@ from cdclake.events import UNAVAILABLE
 from cdclake.reference import diff, expected_runs
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
-from tests.conftest import apply_all, table_rows
+from tests.support import apply_all, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -176,7 +176,8 @@ def test_a_placeholder_keeps_the_stored_row_when_it_is_newer_than_the_runs_earli
 
 
 def _row(b: dict[str, Any], seq: int) -> str:
-    return next(e["rowId"] for e in b["events"] if e["sequence"] == seq)
+    row_id: str = next(e["rowId"] for e in b["events"] if e["sequence"] == seq)
+    return row_id
 
 
 def test_a_placeholder_keeps_the_stored_value_when_the_event_spells_the_column_differently(

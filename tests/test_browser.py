@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from cdclake.local import ADMIN_USER, LocalStack
+from cdclake.bootstrap import ADMIN_USER
+from cdclake.local import LocalStack
 from cdclake.settings import PROJECT_ROOT
-from tests.conftest import running_stack
+from tests.support import running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 

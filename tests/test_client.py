@@ -26,7 +26,7 @@ from cdclake.local import free_port
 from cdclake.settings import Settings
 from receiver.__main__ import Server as ReceiverServer
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 URL = "http://receiver.test"
 Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
@@ -491,6 +491,7 @@ def live_receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     thread.join(10)
 
 
+@pytest.mark.server
 def test_three_batches_land_in_staging_of_the_real_receiver(live_receiver: tuple[str, Path]) -> None:
     url, staging_dir = live_receiver
     acks: list[Ack] = []
@@ -579,7 +580,7 @@ def produce_until(
         with p:
             n, after_stop, deadline = 0, 0, time.monotonic() + 20
             while after_stop < 30 and time.monotonic() < deadline:
-                events = [
+                events: list[dict[str, Any]] = [
                     {"sequence": n + i, "operation": "INSERT", "table": "items", "rowId": str(n + i), "after": {"n": n}}
                     for i in range(EVENTS_PER_BATCH)
                 ]
@@ -592,6 +593,7 @@ def produce_until(
 
 
 @pytest.mark.parametrize("how", ["sigterm", "kill -9"])
+@pytest.mark.server
 def test_a_replica_stopped_under_load_fails_over_and_loses_nothing(tmp_path: Path, how: str) -> None:
     settings = make_settings(tmp_path, rate_limit_per_s=0.0)  # one home: both replicas share staging
     started: list[ThreadReplica | ProcessReplica] = []

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from cdclake import events, staging
+from cdclake import events, staging, stores
 from cdclake.cleanup import clean_staging
 from cdclake.spark import table_ident
 from receiver.landing import Lander, Prepared
-from tests.conftest import fresh_settings, table_rows
 from tests.s3server import SeaweedS3
+from tests.support import fresh_settings, table_rows
 
 SKEW_S = 3600.0  # far beyond any landing grace
 GRACE_S = 1
@@ -90,6 +90,7 @@ def test_clean_up_keeps_an_object_that_became_visible_after_the_grace(spark: Any
     assert out["objects_landed_late"] == 1
 
 
+@pytest.mark.server
 def test_a_skewed_receiver_names_s3_objects_with_the_stores_time(s3server: SeaweedS3) -> None:
     """The same receiver on S3: its object's name is the store's time (LastModified, 1 s
     resolution), not the receiver's clock."""
@@ -148,14 +149,14 @@ def test_a_receiver_that_cannot_read_the_stores_clock_is_not_ready_and_refuses_r
     from starlette.testclient import TestClient
 
     from receiver.app import create_app
-    from tests.conftest import make_settings
+    from tests.support import make_settings
 
     class NoClock(staging.LocalStaging):
         def clock_probe(self) -> int:
             raise PermissionError("cannot write the probe")
 
     settings = make_settings(tmp_path, rate_limit_per_s=0.0)
-    monkeypatch.setattr(staging, "open_store", lambda s: NoClock(s.staging_dir))
+    monkeypatch.setattr(stores, "open_store", lambda s: NoClock(s.staging_dir))
     with TestClient(create_app(settings)) as c:
         ready = c.get("/ready")
         body = {"source": "app", "sequenceNumber": 1, "events": [prepared_event(1)]}

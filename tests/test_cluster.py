@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cdclake import staging
+from cdclake import stores
 from cdclake.client import Producer
 from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.workload import generate
@@ -98,7 +98,7 @@ def test_receiver_replica_killed_under_load_loses_nothing_acked(cluster: Cluster
     assert not errors, errors
     assert producers["shop-eu"].failovers >= 1  # it was on the killed replica
     # Every acked event is in the bucket (the reference comparison after apply checks the rest).
-    store = staging.open_store(stack.settings)
+    store = stores.open_store(stack.settings)
     staged = {
         (e["source"], e["sequence"])
         for table in store.tables()

@@ -19,10 +19,10 @@ from cdclake.settings import Settings
 from receiver.app import create_app
 from spark_jobs.backfill import PREFIX
 from spark_jobs.system import MARK_CRASH, SimulatedCrash
-from tests.conftest import apply_all
+from tests.support import apply_all
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
-BASE = [{"field": "id", "type": "int64"}, {"field": "body", "type": "string", "optional": True}]
+BASE: list[dict[str, Any]] = [{"field": "id", "type": "int64"}, {"field": "body", "type": "string", "optional": True}]
 SCORE = {"field": "score", "type": "int32", "optional": True, "default": 0}
 # decimal(5,2) with DEFAULT 1.50: Debezium sends the unscaled 150 as big-endian two's complement, base64.
 RATE = {

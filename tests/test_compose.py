@@ -429,6 +429,7 @@ def test_long_running_services_have_healthchecks() -> None:
             assert port in listening_ports(name, svc), f"{name} checks port {port}: nothing listens"
 
 
+@pytest.mark.server
 def test_init_job_creates_what_the_others_need(tmp_path: Path) -> None:
     from restcatalog.auth import Tokens
 
@@ -520,6 +521,7 @@ def test_no_secret_has_a_usable_default() -> None:
     assert set(TEST_SECRETS) - {"AIRFLOW_JWT_SECRET"} <= checked, checked
 
 
+@pytest.mark.server
 def test_the_readme_fills_every_secret_of_a_fresh_env(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     [line] = [ln for ln in readme.splitlines() if "openssl rand" in ln and ".env" in ln]

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from cdclake import events, staging
+from cdclake.protocol import NACK_REASONS
 from cdclake.settings import SettingsError, jdbc_url, load
 from cdclake.spark import catalog_conf
 from cdclake.watermark import SUMMARY_KEY, Watermark, from_summaries
@@ -151,6 +152,7 @@ def test_settings_env_over_defaults_and_errors_name_the_variable(tmp_path: Path)
     assert pg["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db:5432/cat"
 
 
+@pytest.mark.server
 def test_contracts_package_imports_nothing_heavy() -> None:
     import subprocess
     import sys
@@ -163,3 +165,19 @@ def test_contracts_package_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("reason", NACK_REASONS)
+def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: str) -> None:
+    """One protocol (cdclake.protocol): the receiver's ``shouldRetry`` for a refusal and the
+    SDK's reading of a WebSocket nack agree for every reason, with or without ``shouldRetry``."""
+    from cdclake.client import ProducerError, _failure
+    from receiver.rejected import Rejected
+    from receiver.service import refusal
+
+    body = refusal(Rejected(503, reason, "because")).body
+    told = body["shouldRetry"]
+    assert told == (reason in ("buffer_full", "rate_limited", "internal_error", "shutting_down",
+                               "load_shedding", "connection_limit"))
+    for nack in (body, {k: v for k, v in body.items() if k != "shouldRetry"}):
+        assert (not isinstance(_failure(nack), ProducerError)) == told, nack

@@ -48,8 +48,11 @@ def test_maintenance_dags_have_their_params_and_order(dagbag) -> None:  # type: 
     exp = dagbag.dags["iceberg_expire"]
     assert {"retain_last", "snapshot_max_age_hours", "orphan_min_age_hours", "dry_run"} <= set(exp.params)
     assert exp.get_task("clean_staging").upstream_task_ids == {"expire"}
-    for dag in (comp, exp):
-        assert (dag.max_active_runs == 1 and dag.schedule is not None) or dag.timetable is not None
+    # One run at a time, each on its own cron: compaction hourly (the seed's compactionIntervalMs),
+    # expiry daily at 03:30.
+    assert comp.max_active_runs == exp.max_active_runs == 1
+    schedules = {dag.dag_id: getattr(dag.timetable, "expression", repr(dag.timetable)) for dag in (comp, exp)}
+    assert schedules == {"iceberg_compaction": "0 * * * *", "iceberg_expire": "30 3 * * *"}
 
 
 def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,7 @@ expectations."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from cdclake.events import UNAVAILABLE, encode
 from cdclake.reference import expected_tables
 from cdclake.settings import Settings
 from receiver.app import create_app
-from tests.conftest import apply_all, table_rows
+from tests.support import apply_all, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -49,7 +50,7 @@ def change(
     }
 
 
-def posts() -> list[list[dict[str, Any]]]:
+def posts() -> list[Sequence[dict[str, Any] | None]]:
     """Two interleaved transactions: tx 501 writes at LSN 110 but commits AFTER tx 502 (LSN 120),
     so commit order says 501's value wins even though its LSN is lower."""
     snapshot = [

@@ -19,7 +19,7 @@ import pytest
 from cdclake.cli import main
 from cdclake.settings import PROJECT_ROOT
 from cdclake.tables import load_table_config
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 # .properties and SmallRye hazards (= : # ! \ ${} and a leading space), quotes, non-ASCII.
 PASSWORD = " pw=1:2#3!4\\5${HOME}'\"é"
@@ -95,6 +95,7 @@ PG_ARGS = [
 ]
 
 
+@pytest.mark.server
 def test_writes_properties_java_reads_with_the_recommended_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, secrets: Path
 ) -> None:
@@ -174,6 +175,7 @@ def test_secrets_never_reach_the_command_line_or_any_output(
     capsys.readouterr()
 
 
+@pytest.mark.server
 def test_python_m_cdclake_debezium(tmp_path: Path) -> None:
     """The real entry point, as a user runs it: secrets from the environment and a file only."""
     (tmp_path / "pw").write_text(PASSWORD + "\n")

@@ -12,7 +12,7 @@ import pytest
 
 from cdclake.debezium_config import ConfigError, Database, Sink, key_toml, properties, render
 from cdclake.tables import load_table_config
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 PG = Database("postgres", "db.internal", 5432, "dbz", "pw", "shop", ("public.customers", "public.order_lines"))
 MARIA = Database("mariadb", "127.0.0.1", 3306, "dbz", "pw", "shop", ("shop.customers",), server_id=7)

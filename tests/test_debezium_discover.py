@@ -16,8 +16,8 @@ from cdclake.debezium_config import Database
 from cdclake.debezium_discover import DiscoveryError, discover, mysql_type, postgres_type
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
-from tests.conftest import make_settings
 from tests.debezium_server import DBZ_PASSWORD, LogicalPostgres, MariaDB, missing
+from tests.support import make_settings
 
 # The canonical type each kind of debezium_expect.py must be declared as.
 KIND_TYPE = {

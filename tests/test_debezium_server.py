@@ -1,23 +1,24 @@
 """Debezium Server 3.6.0.Final, the producer data engineers run, from a real PostgreSQL 15
 (``pgoutput``) and a real MariaDB (binlog) into the real receiver, then Spark into Iceberg.
 
-Four runs at once, each with its own database, receiver and Debezium Server
+Six runs, four at a time, each with its own database, receiver and Debezium Server
 (tests/debezium_server.py), on the properties cdclake.debezium_config writes: ``pg_basic``
 (plain and typed columns, a TOASTed text across a key change, a column added with a default),
-``pg_keys`` (composite keys),
-``pg_burst`` (the writer's default sink settings, retries failing fast, with a bearer token: a 20,000-row transaction
-with Debezium SIGKILLed mid-burst and restarted, then an 8 MB transaction) and ``maria_basic``.
-What landed is compared with the source tables (staging read without the staging module;
-Iceberg through Spark with the source's types, tests/debezium_expect.py).
+``pg_keys`` (composite keys from the table config), ``pg_burst`` (the writer's default sink
+settings, retries failing fast, with a bearer token: a 20,000-row transaction with Debezium
+SIGKILLed mid-burst and restarted, then an 8 MB transaction), ``maria_basic``, and ``pg_nos`` /
+``maria_nos`` (``schemas.enable=false``: keys and types read from the source by
+cdclake.debezium_discover, as ``cdclake debezium --discover --no-schemas`` does). What landed is
+compared with the source tables (staging read without the staging module; Iceberg through Spark
+with the source's types, tests/debezium_expect.py).
 
-A test that today's receiver fails is a strict xfail naming the findings of issue 14 (F2..F8
-below) that block it, in the order a new user meets them, so it turns green as they are fixed.
-``.venv/bin/pytest -m debezium`` runs this module: 4-7 minutes on the shared 2-core machine,
+``.venv/bin/pytest -m debezium`` runs this module: 5-9 minutes on the shared 2-core machine,
 most of it Debezium Server starting (8-30 s per JVM) and Spark's applies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -28,12 +29,14 @@ from typing import Any
 
 import pytest
 
+from cdclake import debezium_config
+from cdclake.debezium_discover import discover
 from cdclake.local import free_port
 from cdclake.settings import Settings
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
-from tests.conftest import fresh_settings, make_settings
 from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, fold, missing
+from tests.support import fresh_settings, make_settings
 
 pytestmark = [
     pytest.mark.debezium,
@@ -41,31 +44,11 @@ pytestmark = [
     pytest.mark.skipif(missing() is not None, reason=missing() or ""),
 ]
 
-# F1 (h2c: Java's HttpClient offers `Upgrade: h2c` on every http:// request and uvicorn+httptools
-# truncated the body -> 400 "malformed JSON: Input data was truncated", Debezium stopped after 5
-# attempts) is fixed on main by 650bad0: such a connection is served by h11.
-F2 = (
-    "F2 redelivery: after SIGKILL the restarted Debezium re-sends with new ts_ms; 409 invalid_sequence "
-    "'batch … already landed with different events', Debezium stops"
-)
-F3 = (
-    "F3 keys: order_lines -> 400 \"$.payload.after.id: key column 'id' missing from the row image\"; "
-    "('acme',1) and ('globex',1) land with the same rowId and sequence (one dropped as a duplicate)"
-)
-F4 = "F4 types: numeric as base64/struct, date as days, timestamp as micros, jsonb as text, int16 as bigint"
-F5 = "F5 defaults: a column added with DEFAULT 0 is NULL for rows that existed before"
-# F6 (TOAST: a key change that leaves a TOASTed text alone stored NULL) is fixed by the apply:
-# the create takes the old key's value from the delete at its source position (spark_jobs/apply.py).
-F7 = "F7 sink limits: 200 events x 40 kB = 8 MB > CDCLAKE_MAX_BODY_BYTES -> 413 payload_too_large, Debezium stops"
-F8 = (
-    "F8 auth: the sink cannot send `Authorization: Bearer`; through InsertHeader it arrives JSON-quoted "
-    "('\"Bearer …\"') -> 401 'unknown bearer token', Debezium stops"
-)
+# Issue 14's findings on d7b74d3, each now a passing test here: F1 h2c upgrade offers (every
+# run), F2 redelivery after SIGKILL (pg_burst), F3 keys (pg_keys, and discovered in the *_nos
+# runs), F4 types (pg_basic, maria_basic; without schemas the *_nos runs), F5 defaults and F6
+# TOAST across a key change (pg_basic), F7 sink limits and F8 auth (pg_burst).
 TOKEN = "dbz-token-4f7c2e"
-
-
-def xfail(*findings: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=" | ".join(findings))
 
 
 @dataclass
@@ -216,16 +199,48 @@ def plan_maria_basic(maria: MariaDB, root: Path, spark_home: Path) -> Plan:
     return p, workload, rows_of(maria, db, tables)
 
 
+def plan_schemaless(src: LogicalPostgres | MariaDB, root: Path, spark_home: Path) -> Plan:
+    """Without the Connect schema: keys and types come from the source (``cdclake debezium
+    --discover --no-schemas``), none named here."""
+    db, tables = "nos", ["customers", "accounts", "order_lines", "marks"]
+    src.create_db(db)
+    if isinstance(src, LogicalPostgres):
+        name, stream = "pg_nos", w.PG_STREAM
+        src.sql(w.PG_SCHEMA + w.PG_SNAPSHOT, db)
+        database = src.database(db, tables)
+    else:
+        name, stream = "maria_nos", w.MARIA_STREAM
+        src.sql(w.MARIA_SCHEMA + w.MARIA_SNAPSHOT, db)
+        database = src.database(db, tables, 5402)
+    found = discover(database)
+    config = root / f"tables-{name}.toml"
+    config.write_text(debezium_config.key_toml(database, found.keys, found.types))
+    # A namespace of its own on the test Spark session's catalog, like the basic runs.
+    settings = fresh_settings(spark_home, receiver_port=free_port(), table_config=config)
+    sink = dataclasses.replace(fail_fast_sink(settings.receiver_url), schemas=False)
+    p = Pipeline(root, settings, database, sink, name, keys=found.keys)
+
+    def workload() -> bool:
+        for stmt in stream:
+            src.sql(stmt, db)
+        src.sql("INSERT INTO marks VALUES (1)", db)
+        return p.caught_up(1)
+
+    return p, workload, rows_of(src, db, tables)
+
+
 @pytest.fixture(scope="module")
 def runs(pg: LogicalPostgres, maria: MariaDB, root: Path, spark_home: Path) -> dict[str, Outcome]:
-    """All four runs at once: most of a run is Debezium Server starting (a JVM on 560 jars)."""
+    """Four runs at a time: most of a run is Debezium Server starting (a JVM on 560 jars)."""
     plans = {
         "pg_basic": plan_pg_basic(pg, root, spark_home),
         "pg_keys": plan_pg_keys(pg, root),
         "pg_burst": plan_pg_burst(pg, root),
         "maria_basic": plan_maria_basic(maria, root, spark_home),
+        "pg_nos": plan_schemaless(pg, root, spark_home),
+        "maria_nos": plan_schemaless(maria, root, spark_home),
     }
-    with ThreadPoolExecutor(len(plans)) as pool:
+    with ThreadPoolExecutor(4) as pool:
         futures = {name: pool.submit(run, *plan) for name, plan in plans.items()}
         return {name: f.result() for name, f in futures.items()}
 
@@ -257,14 +272,16 @@ class LakeTable:
 
 
 @pytest.fixture(scope="module")
-def lake(request: pytest.FixtureRequest, pg_basic: Outcome, maria_basic: Outcome) -> dict[str, Any]:
-    """Iceberg tables after one apply of what each basic run staged (``source/table`` -> LakeTable,
-    or the apply's exception). Spark starts only if something landed."""
+def lake(request: pytest.FixtureRequest, runs: dict[str, Outcome]) -> dict[str, Any]:
+    """Iceberg tables after one apply of what each basic and schema-less run staged
+    (``source/table`` -> LakeTable, or the apply's exception). Spark starts only if something landed."""
     from spark_jobs.apply import apply_table
 
     out: dict[str, Any] = {}
-    for name, o in (("pg", pg_basic), ("mariadb", maria_basic)):
-        tables = [t for t in ("customers", "accounts", "docs") if t in o.staged]
+    named = {"pg": "pg_basic", "mariadb": "maria_basic", "pg_nos": "pg_nos", "mariadb_nos": "maria_nos"}
+    for name, run_name in named.items():
+        o = runs[run_name]
+        tables = [t for t in ("customers", "accounts", "docs", "order_lines") if t in o.staged]
         if not tables:
             continue
         spark = request.getfixturevalue("spark")
@@ -356,6 +373,24 @@ def test_iceberg_tables_have_the_source_types_and_values(
     o, kinds = (pg_basic, expect.PG) if source == "pg" else (maria_basic, expect.MARIADB)
     for table in ("customers", "accounts"):
         assert_lake_equals_source(lake, source, o, table, kinds[table])
+    t = lake[f"{source}/accounts"]
+    assert sum(r["balance"] for r in t.rows) == sum(
+        expect.from_source("decimal", r["balance"]) for r in o.source["accounts"]
+    )
+
+
+@pytest.mark.parametrize("source", ["pg_nos", "mariadb_nos"])
+def test_without_schemas_discovered_keys_and_types_give_the_same_tables(
+    source: str, lake: dict[str, Any], runs: dict[str, Outcome]
+) -> None:
+    """``schemas.enable=false``: the keys and types ``--discover`` read from
+    the source, and the modes ``--no-schemas`` sets, give the tables the schema gives."""
+    o = runs["pg_nos" if source == "pg_nos" else "maria_nos"]
+    kinds = expect.PG if source == "pg_nos" else expect.MARIADB
+    assert o.pipeline.debezium.props["debezium.format.value.schemas.enable"] == "false"
+    for table in ("customers", "accounts"):
+        assert_lake_equals_source(lake, source, o, table, kinds[table])
+    assert_lake_equals_source(lake, source, o, "order_lines", {})  # a composite key nobody named
     t = lake[f"{source}/accounts"]
     assert sum(r["balance"] for r in t.rows) == sum(
         expect.from_source("decimal", r["balance"]) for r in o.source["accounts"]

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from cdclake import debezium, debezium_types
 from cdclake.settings import Settings
 from receiver.app import create_app
-from tests.conftest import apply_all
+from tests.support import apply_all
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
@@ -98,13 +98,24 @@ def as_debezium(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def envelope(row: dict[str, Any], lsn: int) -> dict[str, Any]:
-    schema = {"type": "struct", "fields": [{"field": "before", "type": "struct", "fields": FIELDS},
-                                           {"field": "after", "type": "struct", "fields": FIELDS}]}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"field": "before", "type": "struct", "fields": FIELDS},
+            {"field": "after", "type": "struct", "fields": FIELDS},
+        ],
+    }
     payload = {
         "before": None,
         "after": as_debezium(row),
-        "source": {"connector": "postgresql", "name": "pg", "ts_ms": 1, "table": "accounts", "lsn": lsn,
-                   "sequence": json.dumps([str(lsn), str(lsn)])},
+        "source": {
+            "connector": "postgresql",
+            "name": "pg",
+            "ts_ms": 1,
+            "table": "accounts",
+            "lsn": lsn,
+            "sequence": json.dumps([str(lsn), str(lsn)]),
+        },
         "op": "c",
         "ts_ms": 1_767_225_600_000,
     }
@@ -158,17 +169,33 @@ def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: 
 @pytest.mark.parametrize(
     ("schema", "value", "kind", "want"),
     [
-        ({"type": "int64", "name": "io.debezium.time.NanoTimestamp"}, 1_767_225_600_123_456_000, "timestamp_ntz",
-         "2026-01-01T00:00:00.123456"),
-        ({"type": "int64", "name": "io.debezium.time.Timestamp"}, 1_767_225_600_123, "timestamp_ntz",
-         "2026-01-01T00:00:00.123000"),
+        (
+            {"type": "int64", "name": "io.debezium.time.NanoTimestamp"},
+            1_767_225_600_123_456_000,
+            "timestamp_ntz",
+            "2026-01-01T00:00:00.123456",
+        ),
+        (
+            {"type": "int64", "name": "io.debezium.time.Timestamp"},
+            1_767_225_600_123,
+            "timestamp_ntz",
+            "2026-01-01T00:00:00.123000",
+        ),
         ({"type": "int32", "name": "org.apache.kafka.connect.data.Date"}, -1, "date", "1969-12-31"),
         ({"type": "int32", "name": "io.debezium.time.Time"}, 3_600_001, "bigint", 3_600_001_000),
         ({"type": "int64", "name": "io.debezium.time.NanoTime"}, 5_000, "bigint", 5),
-        ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "2026-01-01T02:00:00+02:00", "timestamp",
-         "2026-01-01T00:00:00.000000+00:00"),
-        ({"type": "bytes", "name": DECIMAL, "parameters": {"scale": "2", "connect.decimal.precision": "40"}},
-         unscaled(Decimal("-12.34"), 2), "string", "-12.34"),
+        (
+            {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+            "2026-01-01T02:00:00+02:00",
+            "timestamp",
+            "2026-01-01T00:00:00.000000+00:00",
+        ),
+        (
+            {"type": "bytes", "name": DECIMAL, "parameters": {"scale": "2", "connect.decimal.precision": "40"}},
+            unscaled(Decimal("-12.34"), 2),
+            "string",
+            "-12.34",
+        ),
     ],
 )
 def test_each_logical_type_has_its_column_type_and_value(
@@ -221,8 +248,14 @@ def flat(row: dict[str, Any], lsn: int) -> dict[str, Any]:
     return {
         "before": None,
         "after": as_isostring(row),
-        "source": {"connector": "postgresql", "name": "pg", "ts_ms": 1, "table": "accounts", "lsn": lsn,
-                   "sequence": json.dumps([str(lsn), str(lsn)])},
+        "source": {
+            "connector": "postgresql",
+            "name": "pg",
+            "ts_ms": 1,
+            "table": "accounts",
+            "lsn": lsn,
+            "sequence": json.dumps([str(lsn), str(lsn)]),
+        },
         "op": "c",
         "ts_ms": 1_767_225_600_000,
     }
@@ -251,8 +284,9 @@ def test_without_a_schema_the_configured_types_declare_the_columns_and_convert_t
     assert {**with_schema.after, "amount": None} == {**ev.after, "amount": None}  # type: ignore[dict-item]
     # Without configured types nothing is declared; with a schema the configuration is not used.
     assert debezium.to_batch([flat(source_row(1, Decimal("2.50")), 100)]).events[0].columnTypes is None
-    (typed_by_schema,) = debezium.to_batch([envelope(source_row(1, Decimal("2.50")), 100)], column_types={
-        "accounts": {"id": "string"}}).events
+    (typed_by_schema,) = debezium.to_batch(
+        [envelope(source_row(1, Decimal("2.50")), 100)], column_types={"accounts": {"id": "string"}}
+    ).events
     assert typed_by_schema.columnTypes == WANT_TYPES
 
 

@@ -133,6 +133,7 @@ def test_bad_distributed_settings_name_the_variable(tmp_path: Path, env: dict[st
         load({"CDCLAKE_HOME": str(tmp_path), **env})
 
 
+@pytest.mark.server
 def test_init_creates_buckets_and_namespace_once(tmp_path: Path, s3server: SeaweedS3) -> None:
     said: list[str] = []
     s = load(

@@ -15,7 +15,7 @@ from cdclake.local import LocalStack
 from cdclake.reference import diff, expected_tables
 from cdclake.settings import Settings
 from cdclake.workload import generate
-from tests.conftest import attach_catalog, running_stack, staged_event_count, table_rows
+from tests.support import attach_catalog, running_stack, staged_event_count, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = ("customers", "orders", "products")

@@ -14,7 +14,7 @@ import pytest
 
 from cdclake.reference import diff, expected_tables
 from cdclake.workload import generate
-from tests.conftest import attach_catalog, running_stack, table_rows
+from tests.support import attach_catalog, running_stack, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = tuple(f"g{i}" for i in range(5))

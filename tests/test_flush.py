@@ -4,59 +4,14 @@ not started yet (so its plan sees what the caller landed)."""
 
 from __future__ import annotations
 
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-import pytest
 from starlette.testclient import TestClient
 
 from receiver.app import create_app
-from tests.test_receiver_limits import env_settings
-
-
-class FakeAirflow:
-    """Airflow's REST API as the receiver uses it: runs of cdc_apply and their states."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, str] = {}
-        self.triggers = 0
-        self.delay_s = 0.0
-        self.lock = threading.Lock()
-
-    def client(self, *args: Any, **kwargs: Any) -> FakeAirflow:
-        return self
-
-    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
-        assert dag_id == "cdc_apply"
-        time.sleep(self.delay_s)  # concurrent callers overlap with a slow API
-        with self.lock:
-            self.triggers += 1
-            run_id = f"manual__{self.triggers}"
-            self.runs[run_id] = "queued"
-        return run_id
-
-    def active_runs(self, dag_id: str) -> list[dict[str, Any]]:
-        with self.lock:
-            return [{"dag_run_id": r, "state": s} for r, s in self.runs.items() if s in ("queued", "running")]
-
-    def json(self, method: str, path: str, **kwargs: Any) -> Any:
-        if method == "GET" and path == "/api/v2/dags/cdc_apply/dagRuns":
-            states = kwargs.get("params", {}).get("state") or ["queued", "running"]
-            return {"dag_runs": [r for r in self.active_runs("cdc_apply") if r["state"] in states]}
-        raise AssertionError(f"unexpected Airflow call {method} {path}")
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture()
-def airflow(monkeypatch: pytest.MonkeyPatch) -> FakeAirflow:
-    fake = FakeAirflow()
-    monkeypatch.setattr("cdclake.airflow_api.AirflowClient", fake.client)
-    return fake
+from tests.support.airflow import FakeAirflow
+from tests.support.receiver import env_settings
 
 
 def test_300_flushes_and_300_flush_requests_make_one_trigger_call(tmp_path: Path, airflow: FakeAirflow) -> None:

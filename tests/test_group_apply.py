@@ -13,7 +13,7 @@ from cdclake.reference import diff, expected_tables
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs import group
-from tests.conftest import fresh_settings, stage, table_rows
+from tests.support import fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
 

@@ -236,9 +236,10 @@ def lake_state(settings: Settings) -> dict[str, tuple[str, str]]:
 
 def victim_state(settings: Settings) -> dict[str, Any]:
     t = load_table(settings, "victim")
-    assert t is not None and t.current_snapshot() is not None
+    snapshot = t.current_snapshot() if t is not None else None
+    assert t is not None and snapshot is not None
     return {
-        "snapshot": t.current_snapshot().snapshot_id,
+        "snapshot": snapshot.snapshot_id,
         "metadata": t.metadata_location,
         "rows": sorted(map(repr, t.scan().to_arrow().to_pylist())),
         "files": files_of(t.location()),
@@ -248,7 +249,7 @@ def victim_state(settings: Settings) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def lake(spark: Any, spark_home: Path) -> tuple[dict[str, str], str, dict[str, Any]]:
     """A namespace of the suite's catalog holding a victim table, written before any hostile batch."""
-    from tests.conftest import stage
+    from tests.support import stage
 
     namespace = f"hostile{next(_lakes)}"
     env = limit_env(spark_home, SMALL)

@@ -23,7 +23,7 @@ from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.maintain import compact, expire
-from tests.conftest import apply_all, fresh_settings, stage, table_rows
+from tests.support import apply_all, fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -208,8 +208,9 @@ def test_table_health_and_freshness_reach_the_receivers_metrics(spark: Any, spar
     settings = fresh_settings(spark_home)
     batches = many_small_applies(spark, settings, runs=2)
     newest_ms = max(e["timestamp"] for b in batches for e in b["events"] if e["operation"] != "DELETE")
-    with TestClient(create_app(settings)) as c:
-        c.app.state.service.backlog.refresh_health()
+    app = create_app(settings)
+    with TestClient(app) as c:
+        app.state.service.backlog.refresh_health()
         text = c.get("/metrics").text
     metrics = {
         line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith("cdclake_table_")

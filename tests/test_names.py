@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from cdclake import events, staging
 from cdclake.settings import SettingsError, load
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 
 def ev(after: Any, seq: int = 1, key: str = "1", table: str = "t") -> dict[str, Any]:
@@ -279,6 +279,7 @@ def test_the_apply_adds_columns_by_the_same_rule_within_the_column_budget() -> N
         [StructField("Zip", LongType()), StructField("zip", StringType()), StructField("doc", struct(A=LongType()))]
     )
     unified = unify_case(spelled)
+    assert isinstance(unified, StructType)
     assert [f.dataType for f in unified.fields][:2] == [StringType(), StringType()]
     deduped = StructType([StructField("Zip", StringType()), StructField("doc", struct(A=LongType()))])
     assert dedupe_case(unified) == deduped

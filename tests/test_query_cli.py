@@ -27,8 +27,8 @@ from cdclake.query import AsOf, QueryError, Result, parse_as_of, render, split_s
 from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.workload import generate
-from tests.conftest import apply_all, fresh_settings, make_settings, stage
-from tests.test_rest_catalog import serve
+from tests.support import apply_all, fresh_settings, make_settings, stage
+from tests.support.rest import serve
 
 TABLE = "orders"
 
@@ -120,6 +120,7 @@ def test_rest_command_serves_the_catalog(monkeypatch: pytest.MonkeyPatch) -> Non
     assert main(["rest"]) == 0 and called
 
 
+@pytest.mark.server
 def test_local_stack_runs_the_rest_catalog(tmp_path: Path) -> None:
     settings = make_settings(
         tmp_path, receiver_port=free_port(), airflow_port=free_port(), rest_port=free_port(), spark_connect_url=""

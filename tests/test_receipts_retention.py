@@ -8,14 +8,15 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from starlette.testclient import TestClient
 
 from cdclake import staging
 from cdclake.cleanup import clean_staging
+from cdclake.staging import Receipt
 from receiver.app import create_app
-from receiver.landing import Receipt
 from tests.s3server import SeaweedS3
-from tests.test_receiver_limits import batch, env_settings
+from tests.support.receiver import batch, env_settings
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -66,6 +67,7 @@ def test_a_retry_within_the_retention_is_still_a_duplicate_after_clean_up(tmp_pa
     assert gap.status_code == 409 and gap.json()["expectedSequence"] == 2
 
 
+@pytest.mark.server
 def test_receipts_are_cleaned_on_s3_too(tmp_path: Path, s3server: SeaweedS3) -> None:
     """Source folders are prefixes on S3, not objects: clean-up must still find them."""
     store = s3server.store()

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from cdclake import staging
 from cdclake.workload import generate
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 
 @pytest.fixture()

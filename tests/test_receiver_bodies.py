@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from cdclake import staging
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 T0 = 1_767_225_600_000
 NDJSON = "application/x-ndjson"

@@ -25,7 +25,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from cdclake.local import free_port
-from tests.test_debezium import ANNE, ENVELOPE_SCHEMA, pg_payload
+from tests.support.debezium import ANNE, ENVELOPE_SCHEMA, pg_payload
+
+pytestmark = pytest.mark.server  # real receiver and REST catalog processes on 127.0.0.1 ports
 
 DEADLINE_S = 1.0
 """Header and body deadline, and the WebSocket connect deadline, of the servers under test."""

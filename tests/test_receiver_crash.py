@@ -15,10 +15,13 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from cdclake.client import Ack, Producer
 from cdclake.local import free_port
-from tests.conftest import make_settings
+from tests.support import make_settings
+
+pytestmark = pytest.mark.server  # receiver processes killed and restarted
 
 BATCHES = 400
 EVENTS_PER_BATCH = 20

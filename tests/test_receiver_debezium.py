@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from cdclake import staging
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 
 def pg_change(row: int, lsn: int, ts_ms: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from receiver.app import create_app
 from receiver.protocol import NACK_REASONS
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 json_scalars = st.one_of(
     st.none(),

@@ -7,34 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from starlette.testclient import TestClient
 
 from cdclake import staging
-from cdclake.settings import Settings, load
 from receiver.app import create_app
-
-
-def env_settings(home: Path, **env: Any) -> Settings:
-    """Settings from ``CDCLAKE_*`` variables (keys without the prefix), the way a process reads them."""
-    values = {"CDCLAKE_HOME": str(home), **{f"CDCLAKE_{k.upper()}": str(v) for k, v in env.items()}}
-    return load(values)
-
-
-def ev(seq: int, table: str) -> dict[str, Any]:
-    return {
-        "sequence": seq,
-        "timestamp": 1_767_225_600_000 + seq,
-        "operation": "INSERT",
-        "table": table,
-        "rowId": str(seq),
-        "after": {"id": seq},
-    }
-
-
-def batch(source: str, seq: int, tables: list[str]) -> dict[str, Any]:
-    return {"source": source, "sequenceNumber": seq, "events": [ev(i, t) for i, t in enumerate(tables)]}
+from tests.support.receiver import batch, env_settings
 
 
 def staged_objects(home: Path) -> list[staging.ObjectKey]:
@@ -130,8 +108,9 @@ def test_a_producer_over_its_backlog_quota_gets_buffer_full_while_another_keeps_
 def test_rotating_source_ids_does_not_grow_per_source_state_past_the_bound(tmp_path: Path) -> None:
     cap = 20
     s = env_settings(tmp_path, max_sources=cap)  # the token bucket is on (seed defaults)
-    with TestClient(create_app(s)) as c:
-        svc = c.app.state.service
+    app = create_app(s)
+    with TestClient(app) as c:
+        svc = app.state.service
         answers = [c.post("/v1/batches", json=batch(f"rot-{i}", 1, ["t"])) for i in range(cap)]
         locks = len(svc.lander._locks)
         answers += [c.post("/v1/batches", json=batch(f"rot-{i}", 1, ["t"])) for i in range(cap, 3 * cap)]
@@ -176,8 +155,9 @@ def test_idle_sources_are_forgotten_with_their_state_and_busy_ones_are_kept() ->
 
 def test_forgetting_an_idle_source_drops_every_piece_of_its_state(tmp_path: Path) -> None:
     s = env_settings(tmp_path, rate_limit_burst=2, rate_limit_per_s=1, max_new_tables_per_source=1)
-    with TestClient(create_app(s)) as c:
-        svc = c.app.state.service
+    app = create_app(s)
+    with TestClient(app) as c:
+        svc = app.state.service
         assert c.post("/v1/batches", json=batch("gone", 1, ["t1"])).status_code == 200
         assert "gone" in svc.lander._last and "gone" in svc.limiter._buckets
         assert "gone" in svc.new_tables.limiter._buckets

@@ -8,17 +8,19 @@ import hashlib
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
 import zstandard
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from cdclake import staging
+from cdclake.staging import Receipt
 from receiver.app import create_app
-from receiver.landing import IN_FLIGHT_S, Receipt
-from tests.conftest import make_settings
+from receiver.landing import IN_FLIGHT_S
+from tests.support import make_settings
 
 
 def ev(seq: int, table: str = "users", row: str | None = None, op: str = "INSERT", **after: Any) -> dict[str, Any]:
@@ -370,7 +372,7 @@ def test_operations_endpoints(home: Path) -> None:
 
 def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> None:
     with client_for(home) as c:
-        c.app.state.service.shutting_down = True  # what the server's signal handler sets first
+        cast(Starlette, c.app).state.service.shutting_down = True  # what the server's signal handler sets first
         r = c.post("/v1/batches", json=batch(1))
         ready = c.get("/ready")
     assert r.status_code == 503 and r.json()["reason"] == "shutting_down" and r.json()["shouldRetry"] is True
@@ -381,7 +383,7 @@ def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> N
 def test_logs_are_one_json_object_per_line() -> None:
     import logging
 
-    from receiver.logs import JsonFormatter
+    from cdclake.logs import JsonFormatter
 
     rec = logging.LogRecord("cdclake.receiver", logging.INFO, __file__, 1, "batch landed", None, None)
     rec.source, rec.sequenceNumber = "app-1", 7

@@ -12,11 +12,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
 from receiver.app import create_app
-from tests.conftest import make_settings
 from tests.s3server import SeaweedS3
+from tests.support import make_settings
+
+pytestmark = pytest.mark.server  # SeaweedFS and receivers on 127.0.0.1 ports
 
 
 def ev(seq: int, table: str = "users") -> dict[str, Any]:

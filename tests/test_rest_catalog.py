@@ -5,14 +5,12 @@ a bounded fuzz. No Spark here (see test_rest_engines.py)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import json
 import random
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,85 +24,7 @@ from cdclake.catalog import open_catalog
 from cdclake.settings import Settings
 from restcatalog import auth
 from restcatalog.app import create_app
-from tests.conftest import make_settings
-
-TOKENS = """
-[[client]]
-id = "writer"
-access = "write"
-secret = "wsecret"
-token = "static-writer"
-
-[[client]]
-id = "reader"
-access = "read"
-secret = "rsecret"
-token = "static-reader"
-"""
-W = {"Authorization": "Bearer static-writer"}
-R = {"Authorization": "Bearer static-reader"}
-
-SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "schema-id": 0,
-    "fields": [
-        {"id": 1, "name": "id", "type": "long", "required": True},
-        {"id": 2, "name": "name", "type": "string", "required": False},
-        {"id": 3, "name": "day", "type": "date", "required": False},
-    ],
-}
-
-
-def rest_settings(home: Path, tokens: bool = True, **overrides: Any) -> Settings:
-    extra: dict[str, Any] = {}
-    if tokens:
-        path = home / "rest-tokens.toml"
-        home.mkdir(parents=True, exist_ok=True)
-        path.write_text(TOKENS)
-        extra["rest_tokens_file"] = path
-    return make_settings(home, **extra, **overrides)
-
-
-@contextlib.contextmanager
-def serve(settings: Settings, timeout_s: float = 20.0) -> Iterator[tuple[str, Any]]:
-    """uvicorn on a free 127.0.0.1 port, in a thread; stopped (bounded) on exit."""
-    import uvicorn
-
-    app = create_app(settings)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("REST catalog server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(timeout_s)
-        sock.close()
-
-
-def rest_catalog(url: str, credential: str | None = "writer:wsecret", **props: str) -> Any:
-    from pyiceberg.catalog.rest import RestCatalog
-
-    extra = {"credential": credential, "oauth2-server-uri": f"{url}/v1/oauth/tokens"} if credential else {}
-    return RestCatalog("lake", uri=url, **extra, **props)
-
-
-def counter(url_or_client: Any, name: str) -> float:
-    text = (
-        url_or_client.get("/metrics").text
-        if isinstance(url_or_client, TestClient)
-        else __import__("httpx").get(f"{url_or_client}/metrics").text
-    )
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+from tests.support.rest import SCHEMA, R, W, counter, err, make_table, rest_catalog, rest_settings, serve, set_props
 
 
 @pytest.fixture()
@@ -116,32 +36,6 @@ def settings(tmp_path: Path) -> Settings:
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as c:
         yield c
-
-
-def err(resp: Any) -> dict[str, Any]:
-    body = resp.json()
-    assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"message", "type", "code"}, body
-    assert body["error"]["code"] == resp.status_code
-    return dict(body["error"])
-
-
-def make_table(c: TestClient, ns: str = "cdc", name: str = "t", **extra: Any) -> dict[str, Any]:
-    """A table with SCHEMA; ``extra`` joins the create request (``partition_spec`` -> ``partition-spec``)."""
-    extra = {k.replace("_", "-"): v for k, v in extra.items()}
-    if c.head(f"/v1/namespaces/{ns}", headers=W).status_code == 404:
-        assert c.post("/v1/namespaces", json={"namespace": [ns]}, headers=W).status_code == 200
-    r = c.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": SCHEMA, **extra}, headers=W)
-    assert r.status_code == 200, r.text
-    return dict(r.json())
-
-
-def set_props(c: TestClient, path: str, meta: dict[str, Any], props: dict[str, str]) -> Any:
-    body = {
-        "requirements": [{"type": "assert-table-uuid", "uuid": meta["table-uuid"]}],
-        "updates": [{"action": "set-properties", "updates": props}],
-    }
-    return c.post(path, json=body, headers=W)
 
 
 # -- config and auth
@@ -641,6 +535,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Sett
         yield url, settings
 
 
+@pytest.mark.server
 def test_pyiceberg_end_to_end(server: tuple[str, Settings]) -> None:
     from pyiceberg.exceptions import ForbiddenError, NamespaceNotEmptyError, NoSuchTableError
     from pyiceberg.types import LongType
@@ -694,6 +589,7 @@ def test_pyiceberg_end_to_end(server: tuple[str, Settings]) -> None:
         ro.create_namespace("nope")
 
 
+@pytest.mark.server
 def test_raw_dot_segments(server: tuple[str, Settings]) -> None:
     """Literal ``..`` as sent on the wire (HTTP clients usually normalize it away first)."""
     url, _ = server
@@ -710,6 +606,7 @@ def test_raw_dot_segments(server: tuple[str, Settings]) -> None:
         assert json.loads(body)["error"]["type"] == "BadRequestException"
 
 
+@pytest.mark.server
 def test_concurrent_appends_conflict_and_retry(server: tuple[str, Settings]) -> None:
     """Two clients append to one table at once: one commit loses the compare-and-swap (409), the
     client refreshes and retries, and every row lands."""

@@ -19,8 +19,8 @@ import pytest
 from cdclake.catalog import open_catalog
 from cdclake.settings import Settings
 from cdclake.workload import generate
-from tests.conftest import apply_all, stage
-from tests.test_rest_catalog import TOKENS, counter, rest_catalog, serve
+from tests.support import apply_all, stage
+from tests.support.rest import TOKENS, counter, rest_catalog, serve
 
 pytestmark = pytest.mark.spark
 

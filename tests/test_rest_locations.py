@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from cdclake.settings import Settings
 from restcatalog.app import create_app
-from tests.test_rest_catalog import SCHEMA, W, err, make_table, rest_catalog, rest_settings, serve, set_props
+from tests.support.rest import SCHEMA, W, err, make_table, rest_catalog, rest_settings, serve, set_props
 
 # Iceberg honours these table properties as places to write (Java: LocationProviders, the
 # deprecated folder/object-storage paths; pyiceberg: write.data.path, write.metadata.path).
@@ -150,6 +150,7 @@ def test_encoded_separators_and_dot_segments_are_refused_even_inside(client: Tes
     nothing_outside(settings)
 
 
+@pytest.mark.server
 def test_pyiceberg_client_cannot_write_outside(tmp_path: Path) -> None:
     """The same through pyiceberg's RestCatalog against a served catalog."""
     from pyiceberg.exceptions import BadRequestError

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cdclake import staging
+from cdclake import staging, stores
 from cdclake.s3staging import S3Staging, parse_url
 from cdclake.settings import SettingsError
-from tests.conftest import make_settings
 from tests.s3server import SeaweedS3
+from tests.support import make_settings
 
 HOUR_MS = 3_600_000
 T0 = 1_760_000_000_000  # 2025-10-09T08:53:20Z
@@ -48,6 +48,7 @@ def test_parse_url() -> None:
         parse_url("file:///x")
 
 
+@pytest.mark.server
 def test_put_get_roundtrip(store: S3Staging) -> None:
     key = staging.make_key("orders", "src", 7, T0)
     data = b'{"a":1}\n' * 1000
@@ -66,6 +67,7 @@ def test_put_get_roundtrip(store: S3Staging) -> None:
         store.get(missing)
 
 
+@pytest.mark.server
 def test_uri(store: S3Staging, s3server: SeaweedS3) -> None:
     key = staging.make_key("orders", "src", 7, T0)
     assert store.uri(key) == f"s3://{s3server.bucket}/{store.prefix}/orders/{key.name}"
@@ -73,6 +75,7 @@ def test_uri(store: S3Staging, s3server: SeaweedS3) -> None:
     assert root.uri(key) == f"s3://bkt/orders/{key.name}"
 
 
+@pytest.mark.server
 def test_list_order_after_and_parity_with_local(store: S3Staging, tmp_path: Path) -> None:
     local = staging.LocalStaging(tmp_path)
     keys = keys_for("orders", 60, seed=1) + keys_for("customers", 10, seed=2)
@@ -94,6 +97,7 @@ def test_list_order_after_and_parity_with_local(store: S3Staging, tmp_path: Path
     assert list(store.list("nope")) == []
 
 
+@pytest.mark.server
 def test_list_pages(s3server: SeaweedS3) -> None:
     # More than one list_objects_v2 page (1000 keys), with StartAfter inside the second page.
     store = s3server.store()
@@ -116,6 +120,7 @@ def test_list_pages(s3server: SeaweedS3) -> None:
     assert list(store.list("t", keys[1049].name)) == keys[1050:]
 
 
+@pytest.mark.server
 def test_tables(store: S3Staging) -> None:
     assert store.tables() == []
     for table in ("orders", "customers", "a_b"):
@@ -124,6 +129,7 @@ def test_tables(store: S3Staging) -> None:
     assert store.tables() == ["a_b", "customers", "orders"]
 
 
+@pytest.mark.server
 def test_put_if_absent(store: S3Staging) -> None:
     path = staging.receipt_path("src", 42)
     assert store.put_if_absent(path, b"first")
@@ -149,6 +155,7 @@ def race_put_if_absent(store: S3Staging, path: str, writers: int) -> dict[int, b
     return results
 
 
+@pytest.mark.server
 def test_put_if_absent_is_exclusive_under_concurrency(store: S3Staging) -> None:
     """If-None-Match must be enforced by the server: a server that ignored it would let every
     racer win (each PUT overwriting the last)."""
@@ -162,6 +169,7 @@ def test_put_if_absent_is_exclusive_under_concurrency(store: S3Staging) -> None:
         assert store.read(path) == f"writer-{winners[0]}".encode() * 1000
 
 
+@pytest.mark.server
 def test_list_names(store: S3Staging) -> None:
     prefix = staging.receipt_prefix("src")
     assert store.list_names(prefix) == []
@@ -178,9 +186,10 @@ def test_list_names(store: S3Staging) -> None:
     ]
 
 
+@pytest.mark.server
 def test_open_store_from_settings(s3server: SeaweedS3, tmp_path: Path) -> None:
     settings = make_settings(tmp_path, **s3server.settings_overrides("from-settings/nested"))
-    store = staging.open_store(settings)
+    store = stores.open_store(settings)
     assert isinstance(store, S3Staging)
     assert (store.bucket, store.prefix) == (s3server.bucket, "from-settings/nested")
     store.check()
@@ -193,6 +202,7 @@ def test_open_store_from_settings(s3server: SeaweedS3, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.server
 def test_bad_credentials_fail(s3server: SeaweedS3) -> None:
     with pytest.raises(SettingsError):
         S3Staging(s3server.bucket, access_key="only-one")
@@ -205,6 +215,7 @@ def test_bad_credentials_fail(s3server: SeaweedS3) -> None:
         missing_bucket.check()
 
 
+@pytest.mark.server
 def test_outage_fails_fast_and_data_survives_restart(s3server: SeaweedS3) -> None:
     store = s3server.store()
     key = staging.make_key("orders", "s", 1, T0)
@@ -230,6 +241,7 @@ def test_outage_fails_fast_and_data_survives_restart(s3server: SeaweedS3) -> Non
     assert len(list(store.list("orders"))) == 2
 
 
+@pytest.mark.server
 def test_hung_server_fails_within_read_timeout(s3server: SeaweedS3) -> None:
     # The kernel still accepts connections of a frozen server: only the read timeout ends a call.
     store = s3server.store(read_timeout=0.5, max_attempts=2)

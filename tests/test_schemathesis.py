@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.core.result import Err
 from starlette.testclient import TestClient
 
 from cdclake.settings import PROJECT_ROOT, Settings, load
 from receiver import openapi as receiver_openapi
 from restcatalog import openapi as rest_openapi
-from tests.conftest import make_settings
+from tests.support import make_settings
 
 EXAMPLES = int(os.environ.get("CDCLAKE_SCHEMATHESIS_EXAMPLES", "25"))
 PHASES = list(Phase) if os.environ.get("CDCLAKE_SCHEMATHESIS_SHRINK") else [Phase.explicit, Phase.reuse, Phase.generate]
@@ -39,7 +40,12 @@ REST_TOKEN = "fuzz-writer-token"
 
 
 def labels(doc: dict[str, Any]) -> list[str]:
-    return [r.ok().label for r in schemathesis.openapi.from_dict(doc).get_all_operations()]
+    out = []
+    for r in schemathesis.openapi.from_dict(doc).get_all_operations():
+        if isinstance(r, Err):
+            raise r.err()
+        out.append(r.ok().label)
+    return out
 
 
 # The operation list comes from the documents themselves (settings only shape descriptions).
@@ -176,12 +182,14 @@ def cases(ops: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("label", cases(RECEIVER_OPS))
+@pytest.mark.server
 def test_receiver_openapi(receiver: Any, label: str) -> None:
     schema, url, headers, settings = receiver
     fuzz(schema, label, url, headers, settings)
 
 
 @pytest.mark.parametrize("label", cases(REST_OPS))
+@pytest.mark.server
 def test_rest_catalog_openapi(rest: Any, label: str) -> None:
     schema, url, headers, settings = rest
     fuzz(schema, label, url, headers, settings)
@@ -240,6 +248,7 @@ def test_rest_create_table_with_an_initial_default_of_no_type_is_a_4xx(tmp_path:
     assert r.status_code < 500, r.text
 
 
+@pytest.mark.server
 def test_both_documents_are_served_and_list_the_fuzzed_operations(receiver: Any, rest: Any) -> None:
     assert set(RECEIVER_OPS) >= {"POST /v1/batches", "POST /v1/debezium", "GET /v1/sources/{source}"}
     assert set(REST_OPS) >= {"POST /v1/namespaces/{namespace}/tables", "POST /v1/transactions/commit"}

@@ -26,31 +26,12 @@ import psutil
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake.settings import Settings, load
 from receiver.app import create_app
-from tests.conftest import make_settings
+from tests.support import make_settings
+from tests.support.security import CONNECT_TOKEN, PG_PASSWORD, S3_SECRET, secret_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_NET = "192.0.2.1"  # RFC 5737: documentation addresses, never assigned to this machine
-
-PG_PASSWORD = "pg-Secret-4711"
-S3_SECRET = "s3-Secret-0815"
-CONNECT_TOKEN = "connect-Token-1234"
-
-
-def secret_settings(home: Path, **over: Any) -> Settings:
-    """A distributed configuration whose secrets are recognisable strings."""
-    return load(
-        {"CDCLAKE_HOME": str(home), "CDCLAKE_SPARK_CONNECT_TOKEN": CONNECT_TOKEN},
-        staging_url="s3://lake/staging",
-        warehouse="s3://lake/warehouse",
-        s3_endpoint="http://127.0.0.1:9",
-        s3_access_key="AK",
-        s3_secret_key=S3_SECRET,
-        catalog_url=f"postgresql://cdclake:{PG_PASSWORD}@127.0.0.1:9/cdclake",
-        **over,
-    )
-
 
 SECRETS = (PG_PASSWORD, S3_SECRET, CONNECT_TOKEN)
 
@@ -99,6 +80,7 @@ def _run_receiver(home: Path, host: str, **env: str) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.server
 def test_receiver_process_refuses_a_non_loopback_host_without_a_tokens_file(tmp_path: Path) -> None:
     done = _run_receiver(tmp_path, TEST_NET)
     assert done.returncode != 0
@@ -240,6 +222,7 @@ def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, mo
     assert mode(Path(argv[argv.index("--properties-file") + 1])) == 0o600
 
 
+@pytest.mark.server
 def test_in_process_spark_session_keeps_credentials_off_the_jvm_command_line(tmp_path: Path) -> None:
     """pyspark starts its JVM as ``spark-submit --conf k=v ...`` with the builder's options: run
     ``cdclake.spark.session`` in a child whose Popen records that command instead."""
@@ -251,7 +234,7 @@ def fake_popen(cmd, **kw):
     print(json.dumps(cmd)); sys.stdout.flush(); raise Stop
 g.Popen = fake_popen
 from cdclake.spark import session
-from tests.test_security import secret_settings
+from tests.support.security import secret_settings
 from pathlib import Path
 try:
     session(secret_settings(Path({str(tmp_path)!r})))

@@ -25,8 +25,8 @@ from starlette.websockets import WebSocketDisconnect
 from cdclake import staging
 from cdclake.settings import Settings
 from receiver.app import create_app
-from tests.conftest import make_settings
-from tests.test_flush import FakeAirflow, airflow  # noqa: F401  (fixture)
+from tests.support import make_settings
+from tests.support.airflow import FakeAirflow
 
 # The repo's root is tests/..; the seeds live beside it (../shared/seeds from the root).
 SEED = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "001_8e584fd5b8f0eb29.txt"
@@ -120,7 +120,8 @@ class Seed:
     def producer_block(self) -> str:
         blocks = re.findall(r"```typescript\n(.*?)```", self.text, re.S)
         (block,) = [b for b in blocks if "new WebSocket(" in b and "X-Client-ID" in b]
-        return block
+        text: str = block
+        return text
 
     def headers(self) -> dict[str, str]:
         block = self.producer_block()
@@ -233,7 +234,7 @@ def test_the_seed_documents_what_this_test_replays(seed: Seed) -> None:
 
 
 @pytest.mark.parametrize("route", ROUTES)
-def test_seed_producer_unchanged(tmp_path: Path, route: str, seed: Seed, airflow: FakeAirflow) -> None:  # noqa: F811
+def test_seed_producer_unchanged(tmp_path: Path, route: str, seed: Seed, airflow: FakeAirflow) -> None:
     # The seed's rate limits are the defaults: burst 50, refill 10/s.
     settings = make_settings(tmp_path, airflow_password="pw", notify_debounce_ms=0)
     connect, batch = seed.sent_of("connect"), seed.sent_of("cdc_batch")

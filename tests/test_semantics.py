@@ -27,7 +27,7 @@ from cdclake.spark import table_ident
 from cdclake.workload import generate
 from spark_jobs.apply import apply_table
 from spark_jobs.system import CRASH_POINTS, SimulatedCrash
-from tests.conftest import apply_all, fresh_settings, stage, staged_event_count, table_rows
+from tests.support import apply_all, fresh_settings, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -336,7 +336,7 @@ def rich_workloads(draw: st.DrawFn) -> Workload:
     runs = [ordered[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(ordered)], strict=True) if ordered[lo:hi]]
     # Type conflicts mostly after the first run: a conflict in the run that creates the column
     # only makes the column a string. Redeliveries share the event, so they carry it too.
-    first_run = {}
+    first_run: dict[int, int] = {}
     for n, run in enumerate(runs):
         for b in run:
             for e in b["events"]:
@@ -609,7 +609,7 @@ def test_compaction_committing_inside_an_apply_changes_no_result(
     stage(settings, w.batches[half:])
 
     real_merge = commit.merge_rows
-    raced = []
+    raced: list[str] = []
 
     def merge_after_a_compaction(spark_: Any, ident: str, *args: Any, **kwargs: Any) -> None:
         if not raced and not ident.endswith(TOMBSTONES):
@@ -651,7 +651,7 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
     monkeypatch.setattr(job, "refresh_tables", lambda *args: None)
     monkeypatch.setattr(job, "table_ident", lambda *args: "t")
     monkeypatch.setattr(job, "apply_table", flaky)
-    monkeypatch.setattr(job.time, "sleep", lambda s: None)
+    monkeypatch.setattr("spark_jobs.apply.time.sleep", lambda s: None)
     assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_config(level: str = "INFO") -> dict[str, object]:
-    """A logging dictConfig for uvicorn and the receiver, all JSON on stderr."""
+    """A logging dictConfig for uvicorn and the services (receiver, REST catalog), all JSON on stderr."""
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     return {
         "version": 1,

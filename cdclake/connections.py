@@ -39,8 +39,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from cdclake.logs import log_config
 from cdclake.settings import Settings
-from receiver.logs import log_config
 
 if TYPE_CHECKING:
     from uvicorn.server import Protocols

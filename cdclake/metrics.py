@@ -1,6 +1,7 @@
-"""Prometheus text exposition (format 0.0.4) for the receiver's counters, gauges and histograms.
+"""Prometheus text exposition (format 0.0.4) for the services' counters, gauges and histograms.
 
-Kept to what the receiver needs; one process, so plain dicts under the GIL suffice.
+Shared by the receiver and the REST catalog. Kept to what they need; one process, so plain dicts
+under the GIL suffice.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""Plain helpers the tests share (no fixtures: those live in tests/conftest.py).
+
+``tests.support`` itself: settings, landing batches in staging, applying them with a Spark
+session and reading tables back, the embedded stack on free ports. Narrower helpers sit in
+submodules: ``rest`` (the REST catalog), ``receiver``, ``debezium``, ``airflow``, ``security``."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cdclake import events, staging
+from cdclake.reference import rows_by_key
+from cdclake.settings import Settings, load
+from cdclake.spark import catalog_conf
+
+
+def make_settings(home: Path, **overrides: Any) -> Settings:
+    return load({"CDCLAKE_HOME": str(home)}, **overrides)
+
+
+def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | None = None) -> list[staging.ObjectKey]:
+    """Land batches the way the receiver does (decode, split per table, durable put)."""
+    store = staging.LocalStaging(settings.staging_dir)
+    keys = []
+    for b in batches:
+        batch = events.decode_batch(events.encode(b))
+        for table, data in events.stage_lines(batch).items():
+            key = staging.make_key(table, batch.source, batch.sequenceNumber, landed_ms)
+            store.put(key, data)
+            keys.append(key)
+    return keys
+
+
+@contextlib.contextmanager
+def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
+    """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
+    from cdclake.local import LocalStack, free_port
+
+    settings = make_settings(
+        home,
+        receiver_port=free_port(),
+        airflow_port=free_port(),
+        rest_port=free_port(),
+        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
+        **overrides,
+    )
+    s = LocalStack(settings)
+    with s:
+        yield s
+    assert not s.procs
+
+
+def staged_event_count(settings: Settings) -> int:
+    """Events that landed in staging. A batch re-sent within the same millisecond lands under the
+    same object name (identical content, one object), so this can be below what was sent."""
+    store = staging.LocalStaging(settings.staging_dir)
+    return sum(len(store.get(k).splitlines()) for t in store.tables() for k in store.list(t))
+
+
+_namespaces = itertools.count()
+
+
+def fresh_settings(spark_home: Path, **overrides: Any) -> Settings:
+    """Settings on the session's catalog with a namespace and staging folder of their own."""
+    n = next(_namespaces)
+    return make_settings(spark_home, namespace=f"t{n}", staging_dir=spark_home / f"staging{n}", **overrides)
+
+
+def apply_all(spark: Any, settings: Settings, crash_at: str | None = None) -> list[dict[str, Any]]:
+    """Run the apply job once for every table with staging data."""
+    from spark_jobs.apply import apply_table
+
+    store = staging.LocalStaging(settings.staging_dir)
+    return [apply_table(spark, settings, t, 10_000, crash_at=crash_at) for t in store.tables()]
+
+
+def attach_catalog(spark: Any, settings: Settings) -> None:
+    """Register another stack's catalog in a running session (catalogs load lazily by name)."""
+    for key, value in catalog_conf(settings).items():
+        if key.startswith(f"spark.sql.catalog.{settings.catalog_name}"):
+            spark.conf.set(key, value)
+
+
+def table_rows(spark: Any, ident: str) -> dict[str, dict[str, Any]]:
+    return rows_by_key(spark.table(ident).collect())

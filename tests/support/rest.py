@@ -1,0 +1,123 @@
+"""The REST catalog (restcatalog/) for tests: tokens, settings, a real server in a thread, a
+pyiceberg client, and small request helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from cdclake.settings import Settings
+from restcatalog.app import create_app
+from tests.support import make_settings
+
+TOKENS = """
+[[client]]
+id = "writer"
+access = "write"
+secret = "wsecret"
+token = "static-writer"
+
+[[client]]
+id = "reader"
+access = "read"
+secret = "rsecret"
+token = "static-reader"
+"""
+W = {"Authorization": "Bearer static-writer"}
+R = {"Authorization": "Bearer static-reader"}
+
+SCHEMA: dict[str, Any] = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [
+        {"id": 1, "name": "id", "type": "long", "required": True},
+        {"id": 2, "name": "name", "type": "string", "required": False},
+        {"id": 3, "name": "day", "type": "date", "required": False},
+    ],
+}
+
+
+def rest_settings(home: Path, tokens: bool = True, **overrides: Any) -> Settings:
+    extra: dict[str, Any] = {}
+    if tokens:
+        path = home / "rest-tokens.toml"
+        home.mkdir(parents=True, exist_ok=True)
+        path.write_text(TOKENS)
+        extra["rest_tokens_file"] = path
+    return make_settings(home, **extra, **overrides)
+
+
+@contextlib.contextmanager
+def serve(settings: Settings, timeout_s: float = 20.0) -> Iterator[tuple[str, Any]]:
+    """uvicorn on a free 127.0.0.1 port, in a thread; stopped (bounded) on exit."""
+    import uvicorn
+
+    app = create_app(settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("REST catalog server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
+        sock.close()
+
+
+def rest_catalog(url: str, credential: str | None = "writer:wsecret", **props: str) -> Any:
+    from pyiceberg.catalog.rest import RestCatalog
+
+    extra = {"credential": credential, "oauth2-server-uri": f"{url}/v1/oauth/tokens"} if credential else {}
+    return RestCatalog("lake", uri=url, **extra, **props)
+
+
+def counter(url_or_client: Any, name: str) -> float:
+    text = (
+        url_or_client.get("/metrics").text
+        if isinstance(url_or_client, TestClient)
+        else __import__("httpx").get(f"{url_or_client}/metrics").text
+    )
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def err(resp: Any) -> dict[str, Any]:
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "code"}, body
+    assert body["error"]["code"] == resp.status_code
+    return dict(body["error"])
+
+
+def make_table(c: TestClient, ns: str = "cdc", name: str = "t", **extra: Any) -> dict[str, Any]:
+    """A table with SCHEMA; ``extra`` joins the create request (``partition_spec`` -> ``partition-spec``)."""
+    extra = {k.replace("_", "-"): v for k, v in extra.items()}
+    if c.head(f"/v1/namespaces/{ns}", headers=W).status_code == 404:
+        assert c.post("/v1/namespaces", json={"namespace": [ns]}, headers=W).status_code == 200
+    r = c.post(f"/v1/namespaces/{ns}/tables", json={"name": name, "schema": SCHEMA, **extra}, headers=W)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def set_props(c: TestClient, path: str, meta: dict[str, Any], props: dict[str, str]) -> Any:
+    body = {
+        "requirements": [{"type": "assert-table-uuid", "uuid": meta["table-uuid"]}],
+        "updates": [{"action": "set-properties", "updates": props}],
+    }
+    return c.post(path, json=body, headers=W)
