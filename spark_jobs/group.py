@@ -17,11 +17,12 @@ import argparse
 import importlib
 import json
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+from spark_jobs.job import run_main
 
 log = logging.getLogger("cdclake.group")
 
@@ -51,9 +52,4 @@ def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, An
 
 
 if __name__ == "__main__":
-    # Under spark-submit the catalog conf and jars come from the command line.
-    _spark = SparkSession.builder.appName("cdclake-group").getOrCreate()
-    try:
-        main(_spark, sys.argv[1:])
-    finally:
-        _spark.stop()
+    run_main("cdclake-group", main)

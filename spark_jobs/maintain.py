@@ -15,9 +15,6 @@ so the apply job can always find where it stands.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -28,27 +25,15 @@ from cdclake.events import TOMBSTONES_SUFFIX
 from cdclake.locks import table_lock
 from cdclake.settings import Settings, load
 from cdclake.watermark import SUMMARY_KEY
+from spark_jobs.job import commit_or_validation_failure, report, run_main, with_retries
 
 T = TypeVar("T")
 TARGET_FILE_SIZE = 128 * 1024 * 1024  # the seed's targetFileSizeBytes
 MIN_INPUT_FILES = 5  # the seed's minFilesToCompact
 
 
-def _conflict(exc: BaseException) -> bool:
-    text = str(exc)
-    return "CommitFailedException" in text or "ValidationException" in text
-
-
-def with_retries(what: str, fn: Callable[[], T], attempts: int = 3) -> T:
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == attempts or not _conflict(exc):
-                raise
-            print(f"cdclake: commit conflict in {what} (attempt {attempt}), retrying", file=sys.stderr)
-            time.sleep(attempt)
-    raise AssertionError("unreachable")
+def _retried(what: str, fn: Callable[[], T]) -> T:
+    return with_retries(f"in {what}", fn, retry_on=commit_or_validation_failure)
 
 
 def _rows(spark: SparkSession, sql: str) -> list[dict[str, Any]]:
@@ -101,12 +86,12 @@ def compact(
     with table_lock(settings, table, "compaction", say=print) as owner:
         out["lock"] = owner
         refresh_tables(spark, [f"{c}.{ident}"])
-        data = with_retries(
+        data = _retried(
             f"rewrite_data_files {table}",
             lambda: _rows(spark, f"CALL {c}.system.rewrite_data_files({', '.join(args)})"),
         )
         out["data_files"] = data[0] if data else {}
-        deletes = with_retries(
+        deletes = _retried(
             f"rewrite_position_delete_files {table}",
             lambda: _rows(
                 spark,
@@ -115,7 +100,7 @@ def compact(
             ),
         )
         out["position_delete_files"] = deletes[0] if deletes else {}
-        manifests = with_retries(
+        manifests = _retried(
             f"rewrite_manifests {table}",
             lambda: _rows(spark, f"CALL {c}.system.rewrite_manifests(table => {_quote(ident)})"),
         )
@@ -154,7 +139,7 @@ def expire_tombstones(spark: SparkSession, settings: Settings, table: str, older
     cond = f"_cdc_deleted_at < TIMESTAMP '{_ts(older_than)}'"
     n = spark.table(ident).where(cond).count()
     if n:
-        with_retries(f"expire tombstones {table}", lambda: spark.sql(f"DELETE FROM {ident} WHERE {cond}"))
+        _retried(f"expire tombstones {table}", lambda: spark.sql(f"DELETE FROM {ident} WHERE {cond}"))
     return n
 
 
@@ -188,7 +173,7 @@ def expire(
             out["watermark_snapshot"] = wm[0]
         out["expire_older_than"] = cutoff.isoformat()
         if not dry_run:
-            res = with_retries(
+            res = _retried(
                 f"expire_snapshots {table}",
                 lambda: _rows(
                     spark,
@@ -250,13 +235,9 @@ def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, An
             args.dry_run,
             args.tombstones_older_than,
         )
-    print("CDCLAKE_RESULT " + json.dumps(result, sort_keys=True, default=str), flush=True)
+    report(result)
     return result
 
 
 if __name__ == "__main__":
-    _spark = SparkSession.builder.appName("cdclake-maintain").getOrCreate()
-    try:
-        main(_spark, sys.argv[1:])
-    finally:
-        _spark.stop()
+    run_main("cdclake-maintain", main)

@@ -244,7 +244,9 @@ def main() -> None:
         import spark_jobs.apply as job
         from cdclake.spark import session, table_ident
         from cdclake.tables import load_table_config
-        from spark_jobs.apply import KEY, apply_options, apply_table
+        from spark_jobs.apply import apply_table
+        from spark_jobs.system import KEY
+        from spark_jobs.table import apply_options
 
         if args.cpu_phases:
 

@@ -197,7 +197,8 @@ def prepare_table(spark: Any, settings: Settings, base_path: Path, n_base: int) 
     """The table as bench_apply makes it: configured by the job's own rules, holding the base rows."""
     from cdclake.spark import table_ident
     from cdclake.tables import load_table_config
-    from spark_jobs.apply import KEY, apply_options
+    from spark_jobs.system import KEY
+    from spark_jobs.table import apply_options
 
     ident = table_ident(settings, TABLE)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")

@@ -13,7 +13,8 @@ from cdclake.reference import diff, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from spark_jobs.apply import classify, drop_exact_duplicates, flatten, normalise, rank_per_key
+from spark_jobs.decide import classify, rank_per_key
+from spark_jobs.read import drop_exact_duplicates, flatten, normalise
 from tests.support import apply_all, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark

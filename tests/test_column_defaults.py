@@ -17,8 +17,8 @@ from cdclake import debezium, events
 from cdclake.catalog import load_table
 from cdclake.settings import Settings
 from receiver.app import create_app
-from spark_jobs.apply import MARK_CRASH, SimulatedCrash
 from spark_jobs.backfill import PREFIX
+from spark_jobs.system import MARK_CRASH, SimulatedCrash
 from tests.support import apply_all
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"

@@ -25,7 +25,8 @@ from cdclake.reference import diff, expected_runs, expected_tables, rows_by_key
 from cdclake.settings import Settings
 from cdclake.spark import table_ident
 from cdclake.workload import generate
-from spark_jobs.apply import CRASH_POINTS, SimulatedCrash, apply_table
+from spark_jobs.apply import apply_table
+from spark_jobs.system import CRASH_POINTS, SimulatedCrash
 from tests.support import apply_all, fresh_settings, stage, staged_event_count, table_rows
 
 pytestmark = pytest.mark.spark
@@ -598,6 +599,8 @@ def test_compaction_committing_inside_an_apply_changes_no_result(
     """Maintenance commits after the apply classified its events against the table but before
     its MERGE: the MERGE plans against the compacted snapshot and the result is unchanged."""
     import spark_jobs.apply as job
+    import spark_jobs.commit as commit
+    from spark_jobs.pending import TOMBSTONES
 
     w = generate(events=200, seed=41, tables=("orders",), batch_size=50, duplicate_every=0)
     half = len(w.batches) // 2
@@ -605,11 +608,11 @@ def test_compaction_committing_inside_an_apply_changes_no_result(
     apply_all(spark, settings)
     stage(settings, w.batches[half:])
 
-    real_merge = job.merge_rows
+    real_merge = commit.merge_rows
     raced: list[str] = []
 
     def merge_after_a_compaction(spark_: Any, ident: str, *args: Any, **kwargs: Any) -> None:
-        if not raced and not ident.endswith(job.TOMBSTONES):
+        if not raced and not ident.endswith(TOMBSTONES):
             raced.append(ident)
             spark_.sql(
                 f"CALL {settings.catalog_name}.system.rewrite_data_files(table => '{settings.namespace}.orders', "
@@ -617,7 +620,7 @@ def test_compaction_committing_inside_an_apply_changes_no_result(
             ).collect()
         real_merge(spark_, ident, *args, **kwargs)
 
-    monkeypatch.setattr(job, "merge_rows", merge_after_a_compaction)
+    monkeypatch.setattr(commit, "merge_rows", merge_after_a_compaction)
     result = job.apply_with_retries(spark, settings, "orders", 10_000)
     assert raced and result["attempts"] == 1
     monkeypatch.undo()
@@ -630,6 +633,7 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
     """A losing optimistic commit cannot be caused on demand here (the race is inside Iceberg's
     commit), so its exception is simulated; everything after it is the real retry path."""
     import spark_jobs.apply as job
+    from spark_jobs.decide import AccountingError
 
     calls: list[int] = []
 
@@ -651,8 +655,8 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
     assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        raise job.AccountingError("received 3 != accounted 2")
+        raise AccountingError("received 3 != accounted 2")
 
     monkeypatch.setattr(job, "apply_table", broken)
-    with pytest.raises(job.AccountingError):
+    with pytest.raises(AccountingError):
         job.apply_with_retries(None, None, "t", 1)  # type: ignore[arg-type]

@@ -1,0 +1,226 @@
+"""Writing a run's decisions, each commit carrying its own consumed-staging watermark:
+
+1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
+2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
+3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them
+4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
+
+Steps 1-3 each skip the objects their own watermark already holds (:mod:`spark_jobs.pending`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from cdclake.catalog import load_table
+from cdclake.settings import Settings
+from cdclake.spark import table_ident
+from cdclake.watermark import count_properties
+from spark_jobs import backfill
+from spark_jobs.decide import Tally
+from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
+from spark_jobs.sqltext import col, quote
+from spark_jobs.system import (
+    KEEP,
+    KEY,
+    OBJECT,
+    OP,
+    ORDER,
+    OUTCOME,
+    REASON,
+    SEQ,
+    SOURCE,
+    TS,
+    SimulatedCrash,
+    ordering,
+)
+from spark_jobs.table import align_to, ensure_table
+
+PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
+
+Build = Callable[[list[str]], DataFrame]  # a side table's rows of the given objects
+
+
+def log_decisions(p: Pending, quarantined: DataFrame, classified: DataFrame, target: StructType, t: Tally) -> None:
+    """Steps 1-3: the side tables, before the table's commit."""
+    _append_aux(p, QUARANTINE, quarantine_rows(quarantined), known=t.counts["quarantined"])
+    _append_aux(p, CHANGES, change_rows(classified, target), known=t.changes)
+    _merge_tombstones(p, classified.where(F.col(OUTCOME) == "applied"), known=t.deletes)
+
+
+def quarantine_rows(quarantined: DataFrame) -> Build:
+    return lambda todo: quarantined.where(F.col(OBJECT).isin(todo)).select(
+        KEY,
+        SEQ,
+        TS,
+        SOURCE,
+        F.col(OP).alias("_cdc_operation"),
+        F.col(OBJECT).alias(HISTORY_OBJECT),
+        F.col(REASON).alias("_cdc_reason"),
+        F.current_timestamp().alias("_cdc_quarantined_at"),
+    )
+
+
+def change_rows(classified: DataFrame, target: StructType) -> Build:
+    return lambda todo: classified.where(F.col(OBJECT).isin(todo) & (F.col(OUTCOME) != "duplicate")).select(
+        *[col(f.name) for f in target.fields],
+        F.col(OP).alias("_cdc_operation"),
+        F.col(OUTCOME).alias("_cdc_outcome"),
+        F.current_timestamp().alias("_cdc_committed_at"),
+        F.col(OBJECT).alias(HISTORY_OBJECT),
+    )
+
+
+def commit_table(
+    p: Pending, applied: DataFrame, target: StructType, unavailable: Sequence[str], t: Tally, crash_at: str | None
+) -> None:
+    """Step 4: the applied events MERGEd into the table, with the watermark and the accounting."""
+    spark, settings, ident = p.run.spark, p.run.settings, p.run.ident()
+    before = current_snapshot_id(settings, ident)
+    props = {
+        **p.run.watermark_props(p.watermark, p.names),
+        "cdclake.objects": str(len(p.names)),
+        **count_properties(t.counts),
+    }
+    columns = [f.name for f in target.fields]
+    with Commit(spark, props):
+        if crash_at == "before-commit":
+            _write_without_commit(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns)
+        merge_rows(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns, unavailable)
+        commit_always(spark, settings, ident, target, before)
+
+
+def current_snapshot_id(settings: Settings, ident: str) -> int | None:
+    # pyiceberg reads the catalog row and metadata file in milliseconds; the same question through
+    # Spark SQL (``<table>.history``) is a planned query, ~0.3 s, asked twice per commit.
+    t = load_table(settings, ident.rsplit(".", 1)[1])
+    snap = t.current_snapshot() if t is not None else None
+    return snap.snapshot_id if snap is not None else None
+
+
+@dataclass
+class Commit:
+    """Snapshot properties set on the session for exactly one commit."""
+
+    spark: SparkSession
+    props: dict[str, str]
+
+    def __enter__(self) -> Commit:
+        for k, v in self.props.items():
+            self.spark.conf.set(PROPERTY_PREFIX + k, v)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for k in self.props:
+            self.spark.conf.unset(PROPERTY_PREFIX + k)
+
+
+def merge_rows(
+    spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str], keepable: Sequence[str] = ()
+) -> None:
+    """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op.
+    Columns in ``keepable`` keep the stored value where the source row lists them in KEEP.
+
+    Column names appear in the statement only quoted (spark_jobs.sqltext); whether a row keeps
+    a column is a boolean column of the source, computed by the DataFrame API, so no name is
+    ever a SQL literal."""
+    flags = {c: f"_cdc_w_keep{i}" for i, c in enumerate(c for c in columns if c in keepable)}
+    source.select(
+        "*", *[F.array_contains(F.col(KEEP), c).alias(flag) for c, flag in flags.items()]
+    ).createOrReplaceTempView("cdclake_apply_source")
+    q = [quote(c) for c in columns]
+
+    def assign(c: str) -> str:
+        t, s = f"t.{quote(c)}", f"s.{quote(c)}"
+        return f"{t} = CASE WHEN s.{flags[c]} THEN {t} ELSE {s} END" if c in flags else f"{t} = {s}"
+
+    set_list = ", ".join(assign(c) for c in columns if c != KEY)
+    newer = f"{ordering('s.')} > {ordering('t.')}"
+    spark.sql(
+        f"""MERGE INTO {ident} t USING cdclake_apply_source s ON t.{KEY} = s.{KEY}
+            WHEN MATCHED AND {newer} AND s.{OP} = 'DELETE' THEN DELETE
+            WHEN MATCHED AND {newer} THEN UPDATE SET {set_list}
+            WHEN NOT MATCHED AND s.{OP} <> 'DELETE' THEN INSERT ({", ".join(q)})
+              VALUES ({", ".join("s." + c for c in q)})"""
+    )
+
+
+def commit_always(spark: SparkSession, settings: Settings, ident: str, schema: StructType, before: int | None) -> None:
+    """A MERGE that changes no row commits nothing; the watermark must still advance."""
+    if current_snapshot_id(settings, ident) == before:
+        spark.createDataFrame([], schema).writeTo(ident).append()
+
+
+def fill_defaults(spark: SparkSession, settings: Settings, table: str, result: dict[str, Any]) -> None:
+    """The backfills the table records (:mod:`spark_jobs.backfill`), after this run's MERGE or a
+    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none."""
+    t = load_table(settings, table)  # pyiceberg: the properties in milliseconds, no Spark job
+    if t is None or not any(k.startswith(backfill.PREFIX) for k in t.properties):
+        return
+    filled = backfill.fill(spark, table_ident(settings, table), t.properties, f"coalesce({ORDER}, array({SEQ}))")
+    if filled:
+        result["defaults_filled"] = filled
+
+
+def _empty(df: DataFrame, todo: list[str], names: list[str], known: int | None) -> bool:
+    """Whether ``df`` (rows of the ``todo`` objects) has no row; ``known`` counts the rows of all
+    of ``names``, so it answers without a Spark job when every object is still to do."""
+    if known is not None and (known == 0 or todo == names):
+        return known == 0
+    return df.isEmpty()
+
+
+def _append_aux(p: Pending, suffix: str, build: Build, known: int | None = None) -> None:
+    run = p.run
+    ident = run.ident(suffix)
+    wm = aux_watermark(run, suffix, p.watermark)
+    todo = [n for n in p.names if not wm.consumed(n)]
+    if not todo:
+        return
+    df = build(todo)
+    if _empty(df, todo, p.names, known):
+        return  # nothing to keep; the main table's watermark covers these objects from now on
+    schema = ensure_table(run.spark, ident, df, key=False)
+    with Commit(run.spark, run.watermark_props(wm, todo)):
+        align_to(df, schema).writeTo(ident).append()
+
+
+def _merge_tombstones(p: Pending, applied: DataFrame, known: int | None = None) -> None:
+    run = p.run
+    ident = run.ident(TOMBSTONES)
+    wm = aux_watermark(run, TOMBSTONES, p.watermark)
+    todo = [n for n in p.names if not wm.consumed(n)]
+    deletes = applied.where(F.col(OBJECT).isin(todo) & (F.col(OP) == "DELETE")).select(
+        KEY, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
+    )
+    if not todo or _empty(deletes, todo, p.names, known):
+        return
+    ensure_table(run.spark, ident, deletes)
+    before = current_snapshot_id(run.settings, ident)
+    deletes.createOrReplaceTempView("cdclake_tombstones_source")
+    with Commit(run.spark, run.watermark_props(wm, todo)):
+        run.spark.sql(
+            f"""MERGE INTO {ident} t USING cdclake_tombstones_source s ON t.{KEY} = s.{KEY}
+                WHEN MATCHED AND {ordering("s.")} > {ordering("t.")} THEN UPDATE SET *
+                WHEN NOT MATCHED THEN INSERT *"""
+        )
+        commit_always(run.spark, run.settings, ident, run.spark.table(ident).schema, before)
+
+
+def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
+    """Test hook for the crash "after data files are written, before the commit": Iceberg's
+    write-audit-publish stages the MERGE's snapshot (files written, table not changed)."""
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('write.wap.enabled'='true')")
+    spark.conf.set("spark.wap.id", f"crash-{time.time_ns()}")
+    try:
+        merge_rows(spark, ident, source, columns)
+    finally:
+        spark.conf.unset("spark.wap.id")
+        spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('write.wap.enabled')")
+    raise SimulatedCrash("before-commit")

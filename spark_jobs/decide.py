@@ -1,0 +1,198 @@
+"""Deciding each fitted event's outcome: a duplicate of an event an earlier run logged, held
+back for an unavailable value it cannot resolve, or, against the table and its tombstones,
+applied, superseded (not the newest of its key in this run), late or a duplicate; then the
+accounting every run must balance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_jobs.fit import Fitted
+from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Run
+from spark_jobs.system import (
+    CORRUPT,
+    KEY,
+    OBJECT,
+    OP,
+    ORDER,
+    OUTCOME,
+    RANK,
+    REASON,
+    SEEN,
+    SEQ,
+    SOURCE,
+    TS,
+    ordering,
+    with_order,
+)
+from spark_jobs.unavailable import resolve_unavailable
+
+
+class AccountingError(RuntimeError):
+    """received != applied + duplicate + superseded + late + quarantined: a bug, never data."""
+
+
+@dataclass
+class Tally:
+    counts: dict[str, int]  # received and each outcome, the run's snapshot properties
+    changes: int  # events the change history logs
+    deletes: int  # applied deletes: the tombstones written
+
+
+def mark_seen(
+    run: Run, fitted: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str]
+) -> tuple[DataFrame, int, int]:
+    """``fitted`` with SEEN (:func:`logged_before`), how many events an earlier run logged and
+    how many of those fitting counted as quarantined."""
+    seen = logged_before(run, fitted, ranges, resumed)
+    n_seen = 0
+    if seen is not None:
+        seen = seen.localCheckpoint(eager=True)
+        n_seen = seen.count()
+    if seen is None or not n_seen:
+        return fitted.withColumn(SEEN, F.lit(False)), n_seen, 0
+    marked = fitted.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
+        *fitted.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
+    )
+    again = marked.where(F.col(SEEN)).agg(F.count(REASON).alias("quarantined")).first()
+    assert again is not None
+    return marked, n_seen, again["quarantined"]
+
+
+def logged_before(
+    run: Run, events: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str]
+) -> DataFrame | None:
+    """(SOURCE, SEQ, SEEN) of the ``events`` that ``__changes`` or ``__quarantine`` already hold:
+    an earlier run decided them (an event delivered again, e.g. re-sent under a new batch number),
+    so now they count as duplicates and are neither logged nor applied again. None: no history.
+
+    ``ranges`` (producer, lowest and highest sequence in this run) prune the history scan to the
+    data files whose column metrics can hold such events; this run's events are the broadcast
+    side (the history is the side that grows).
+    In the re-run of a crashed run (``resumed``: its objects), what the crashed attempt logged
+    from those objects is this run's own decision, not an earlier one."""
+    if len(ranges) <= 32:
+        window = reduce(
+            lambda a, b: a | b,
+            [(F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges],
+            F.lit(False),
+        )
+    else:
+        window = F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges))
+    logged = []
+    for suffix in (CHANGES, QUARANTINE):
+        ident = run.ident(suffix)
+        if not run.spark.catalog.tableExists(ident):
+            continue
+        history = run.spark.table(ident)
+        where = window
+        if resumed:
+            obj = F.col(HISTORY_OBJECT) if HISTORY_OBJECT in history.columns else F.lit(None).cast("string")
+            where = where & obj.isNotNull() & ~obj.isin(list(resumed))
+        logged.append(history.where(where).select(SOURCE, SEQ))
+    if not logged:
+        return None
+    ids = F.broadcast(events.select(SOURCE, SEQ))
+    return (
+        reduce(lambda a, b: a.unionByName(b), logged)
+        .join(ids, [SOURCE, SEQ], "left_semi")
+        .distinct()
+        .withColumn(SEEN, F.lit(True))
+    )
+
+
+def settle(marked: DataFrame, unavailable: Sequence[str], stored: DataFrame) -> tuple[DataFrame, DataFrame, int]:
+    """The events to classify, the quarantined ones (in the history's columns) and how many
+    were quarantined here for an unavailable value with nothing to keep."""
+    valid = marked.where(F.col(REASON).isNull() & ~F.col(SEEN)).drop(REASON, SEEN, CORRUPT)
+    resolved = resolve_unavailable(valid, unavailable, stored)
+    n_unresolved = 0
+    if unavailable:
+        # Checkpointed: its decisions read the table, which the MERGE changes.
+        resolved = resolved.localCheckpoint(eager=True)
+        n_unresolved = resolved.where(F.col(REASON).isNotNull()).count()
+    history = [KEY, SEQ, TS, SOURCE, OP, OBJECT, REASON]
+    quarantined = (
+        marked.where(F.col(REASON).isNotNull() & ~F.col(SEEN))
+        .select(*history)
+        .unionByName(resolved.where(F.col(REASON).isNotNull()).select(*history))
+    )
+    return resolved.where(F.col(REASON).isNull()).drop(REASON), quarantined, n_unresolved
+
+
+def decide(run: Run, valid: DataFrame) -> DataFrame:
+    """:func:`classify` of ``valid`` against the table and its tombstones as they are now."""
+    spark, tomb_ident = run.spark, run.ident(TOMBSTONES)
+    tombstones = (
+        spark.table(tomb_ident)
+        if spark.catalog.tableExists(tomb_ident)
+        else spark.createDataFrame([], f"{KEY} string, {SEQ} long, {SOURCE} string, {ORDER} array<bigint>")
+    )
+    current = with_order(spark.table(run.ident())).select(KEY, SEQ, SOURCE, ORDER)
+    # Checkpointed, not just cached: the MERGE must not plan a source that reads its own target
+    # (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes before
+    # the MERGE runs.
+    return classify(rank_per_key(valid), current, tombstones).localCheckpoint(eager=True)
+
+
+def account(table: str, classified: DataFrame, fitted: Fitted, n_seen: int, n_quarantined: int) -> Tally:
+    """Every event received is applied, a duplicate, superseded, late or quarantined, exactly
+    once; else AccountingError."""
+    tally = classified.groupBy(OUTCOME, (F.col(OP) == "DELETE").alias("del")).count().collect()
+    outcomes: dict[str, int] = {}
+    for r in tally:
+        outcomes[r[OUTCOME]] = outcomes.get(r[OUTCOME], 0) + r["count"]
+    received, distinct = fitted.received, fitted.distinct
+    counts = {
+        "received": received,
+        "applied": outcomes.get("applied", 0),
+        "duplicate": received - distinct + n_seen + outcomes.get("duplicate", 0),
+        "superseded": outcomes.get("superseded", 0),
+        "late": outcomes.get("late", 0),
+        "quarantined": n_quarantined,
+    }
+    accounted = sum(v for k, v in counts.items() if k != "received")
+    if accounted != received:
+        raise AccountingError(f"{table}: received {received} != accounted {accounted} {counts}")
+    return Tally(
+        counts,
+        changes=distinct - n_seen - n_quarantined - outcomes.get("duplicate", 0),
+        deletes=sum(r["count"] for r in tally if r[OUTCOME] == "applied" and r["del"]),
+    )
+
+
+def rank_per_key(valid: DataFrame) -> DataFrame:
+    """RANK 1 = the event with the highest ordering value per key; ties broken by source id."""
+    w = Window.partitionBy(KEY).orderBy(F.col(ORDER).desc(), F.col(SOURCE).desc(), F.col(SEQ).desc())
+    return valid.withColumn(RANK, F.row_number().over(w))
+
+
+def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame) -> DataFrame:
+    """OUTCOME per event: superseded (not the newest of its key in this run), late (older than
+    the stored row or the key's tombstone), duplicate (the stored row or tombstone IS this event),
+    else applied.
+
+    A DELETE equal to its tombstone while the row is still there is applied again: that is a
+    re-run after a crash between the tombstone commit and the table commit.
+    """
+    # Only the stored rows of this batch's keys: a broadcast semi-join scans the table without
+    # shuffling it, so the cost grows with the table's scan, not its shuffle.
+    keys = F.broadcast(ranked.select(KEY).distinct())
+    cur = with_order(current).join(keys, KEY, "left_semi").select(F.col(KEY), F.expr(ordering()).alias("_row"))
+    tomb = with_order(tombstones).select(F.col(KEY), F.expr(ordering()).alias("_tomb"))
+    ev = F.expr(ordering())
+    row, tb = F.col("_row"), F.col("_tomb")
+    outcome = (
+        F.when(F.col(RANK) > 1, "superseded")
+        .when(row.isNotNull() & (ev < row), "late")
+        .when(row.isNotNull() & (ev == row), "duplicate")
+        .when(tb.isNotNull() & (ev < tb), "late")
+        .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
+        .otherwise("applied")
+    )
+    return ranked.join(cur, KEY, "left").join(tomb, KEY, "left").withColumn(OUTCOME, outcome).drop("_row", "_tomb")

@@ -1,0 +1,97 @@
+"""What one apply run consumes: the staging objects no watermark holds yet, or, after a crash,
+exactly the objects the crashed run logged in a side table but never committed to the table.
+
+Every commit carries its own consumed-staging watermark (:mod:`cdclake.watermark`): the side
+tables commit before the table, so a side table's watermark holds everything the table's does,
+plus the objects of a run that did not reach the table's commit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from cdclake import staging, stores
+from cdclake.catalog import table_watermark
+from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+from cdclake.settings import Settings
+from cdclake.spark import table_ident
+from cdclake.storeclock import StoreClock
+from cdclake.watermark import SUMMARY_KEY, Watermark
+
+CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+SIDE_TABLES = (QUARANTINE, CHANGES, TOMBSTONES)
+HISTORY_OBJECT = "_cdc_object"  # the staging object an event of __changes/__quarantine came in
+
+
+@dataclass
+class Run:
+    spark: SparkSession
+    settings: Settings
+    table: str
+    listed: list[str]
+    horizon: str
+
+    def ident(self, suffix: str = "") -> str:
+        return table_ident(self.settings, self.table + suffix)
+
+    def watermark_props(self, wm: Watermark, consumed: Sequence[str]) -> dict[str, str]:
+        return {SUMMARY_KEY: wm.advance(consumed, self.listed, self.horizon).encode()}
+
+
+@dataclass
+class Pending:
+    """The objects this run consumes and the table's watermark they were chosen against."""
+
+    run: Run
+    watermark: Watermark  # the main table's
+    names: list[str]
+    uris: list[str]
+    resumed: bool  # finishing a crashed run's objects
+    backlog: int  # objects no watermark of the table holds, this run's included
+
+
+def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
+    store = stores.open_store(settings)
+    # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
+    # costs ~3 s of planning on a fresh JVM.
+    wm_main = table_watermark(settings, table) or Watermark()
+    # The store's clock, which named the objects, not this host's (see cdclake.storeclock).
+    listed_at_ms = StoreClock(store).lower_ms()
+    listed_keys = list(store.list(table, after=wm_main.low))
+    unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]
+    # A crashed run logged its decisions in side tables the main table never caught up with: the
+    # re-run first finishes exactly those objects (their events keep those decisions); objects
+    # that landed since wait for the next run.
+    logged = aux_watermarks(settings, table)
+    resumed = [k for k in unconsumed if any(wm.consumed(k.name) for wm in logged)]
+    pending = resumed or unconsumed[:max_objects]
+    run = Run(
+        spark,
+        settings,
+        table,
+        [k.name for k in listed_keys],
+        staging.horizon(listed_at_ms - settings.landing_grace_s * 1000),
+    )
+    return Pending(
+        run,
+        wm_main,
+        names=[k.name for k in pending],
+        uris=[store.uri(k) for k in pending],
+        resumed=bool(resumed),
+        backlog=len(unconsumed),
+    )
+
+
+def aux_watermarks(settings: Settings, table: str) -> list[Watermark]:
+    """The watermarks the side tables' own commits carry (none for a side table never written)."""
+    found = (table_watermark(settings, table + suffix) for suffix in (QUARANTINE, CHANGES, TOMBSTONES))
+    return [wm for wm in found if wm is not None]
+
+
+def aux_watermark(run: Run, suffix: str, wm_main: Watermark) -> Watermark:
+    # An aux table holds everything the main table consumed (it commits first in every run),
+    # plus, after a crash, the objects of the run that did not reach the main commit.
+    wm = table_watermark(run.settings, run.table + suffix)
+    return wm_main if wm is None else wm.union(wm_main)

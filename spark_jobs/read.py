@@ -1,0 +1,217 @@
+"""Reading a run's staged objects: infer the run's JSON types, settle each after-image column's
+read type (the table's, else the declared one, else the inferred one), parse every line straight
+into those types, then one typed row per event, one per distinct event, one column per name."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType, VariantType
+
+from cdclake.names import fold, is_reserved, problem
+from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
+from spark_jobs.declared import Declared, declared, read_schema
+from spark_jobs.schema import conform, hides_fields, read_type, slots, spellings, variant_json_type
+from spark_jobs.sqltext import col
+from spark_jobs.system import COPIES, CORRUPT, KEY, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
+
+# A staged line's fields besides the after-image (cdclake.events.StagedEvent), as the job reads them.
+STAGED = StructType(
+    [
+        StructField("source", StringType()),
+        StructField("batchSequence", LongType()),
+        StructField("sequence", LongType()),
+        StructField("timestamp", LongType()),
+        StructField("operation", StringType()),
+        StructField("rowId", StringType()),
+        StructField("order", ArrayType(LongType())),
+    ]
+)
+# The same parser options for every parse of a staged line (the file read and the re-parses of a
+# corrupt one). Spark's default would read the strings "NaN" and "Infinity" into a double column.
+JSON_OPTIONS = {"allowNonNumericNumbers": "false"}
+CASE_SENSITIVE = "spark.sql.caseSensitive"
+
+
+def read_events(
+    spark: SparkSession, uris: list[str], table: StructType | None
+) -> tuple[DataFrame, StructType | None, Declared]:
+    """The run's events (:func:`normalise`d), the after-image's read type and the declared types
+    and defaults: the passes over the objects the job makes before it touches the table."""
+    inferred = infer_staging(spark, uris)
+    found = run_declared_types(spark, uris, inferred)
+    after = after_read_type(spark, uris, inferred, table, found.types)
+    return normalise(read_staging(spark, uris, after)), after, found
+
+
+def normalise(raw: DataFrame) -> DataFrame:
+    """Staged events (see cdclake.events.StagedEvent) -> one typed row per event."""
+    after_type = raw.schema["after"].dataType if "after" in raw.columns else None
+    after = F.col("after") if isinstance(after_type, StructType) else F.lit(None).cast("struct<>")
+    seq = F.col("sequence").cast("long")
+    given = F.col("order").cast("array<bigint>") if "order" in raw.columns else F.lit(None).cast("array<bigint>")
+    return raw.select(
+        F.col("rowId").cast("string").alias(KEY),
+        seq.alias(SEQ),
+        F.timestamp_millis(F.col("timestamp").cast("long")).alias(TS),
+        F.col("source").cast("string").alias(SOURCE),
+        F.coalesce(given, F.array(seq)).alias(ORDER),
+        F.col("operation").cast("string").alias(OP),
+        (F.col(OBJECT) if OBJECT in raw.columns else F.lit(None).cast("string")).alias(OBJECT),
+        after.alias("after"),
+        *([CORRUPT] if CORRUPT in raw.columns else []),
+    )
+
+
+@contextlib.contextmanager
+def case_sensitive(spark: SparkSession) -> Iterator[None]:
+    """Spark's file sources refuse a schema with two spellings of one name (``Name`` and
+    ``name``, legal in different events) unless analysis is case-sensitive. Only for questions
+    answered on the spot (a schema): a DataFrame is analysed again when it runs."""
+    before = spark.conf.get(CASE_SENSITIVE) or "false"
+    spark.conf.set(CASE_SENSITIVE, "true")
+    try:
+        yield
+    finally:
+        spark.conf.set(CASE_SENSITIVE, before)
+
+
+def infer_staging(spark: SparkSession, uris: list[str]) -> StructType:
+    """Pass 1 over the run's objects: Spark's JSON inference (FAILFAST: a malformed line is not
+    data, it stops the job). It names the run's columns and types the ones that are new."""
+    with case_sensitive(spark):
+        return spark.read.option("mode", "FAILFAST").json(uris).schema
+
+
+def read_json(spark: SparkSession, uris: list[str], schema: StructType, options: dict[str, str]) -> DataFrame:
+    """``spark.read.schema(schema).options(options).json(uris)``, plus ``_metadata``. A schema
+    spelling one name two ways is read as text through ``from_json`` (the same parser and
+    options), which takes it: the file source would not."""
+    if not has_case_variants(schema):
+        return spark.read.schema(schema).options(**options).json(uris)
+    parsed = F.from_json(F.col("value"), schema, options)
+    return (
+        spark.read.text(uris)
+        .where(F.col("value") != "")
+        .select(*[parsed.getField(f.name).alias(f.name) for f in schema.fields], F.col("_metadata"))
+    )
+
+
+def run_declared_types(spark: SparkSession, uris: list[str], inferred: StructType) -> Declared:
+    """The run's declared column types and defaults (:mod:`spark_jobs.declared`): one more pass
+    over the objects, reading only ``columnTypes`` (and ``columnDefaults`` with the ordering
+    fields), when some event declares any."""
+    schema = read_schema(inferred)
+    return Declared() if schema is None else declared(read_json(spark, uris, schema, {}))
+
+
+def after_read_type(
+    spark: SparkSession,
+    uris: list[str],
+    inferred: StructType,
+    table: StructType | None,
+    declared: dict[str, DataType] | None = None,
+) -> StructType | None:
+    """The after-image's read type: per column of the run, the table's type where the table has
+    the column (:func:`spark_jobs.schema.read_type`), else the declared one (``declared``, by
+    :func:`cdclake.names.fold`), else the inferred one. None: no after-images.
+
+    Where inference merged a struct column's objects with values of another kind into a string,
+    the run's new struct fields are found from each value's own shape (one more pass, over that
+    column only). Spellings of one name share a type (:func:`spark_jobs.columns.unify_case`);
+    reserved top-level names (``_cdc_*``, only past the door) are read as text, to be refused."""
+    if "after" not in inferred.fieldNames():
+        return None
+    t = inferred["after"].dataType
+    columns = t.fields if isinstance(t, StructType) else []
+    have = {fold(f.name): f.dataType for f in (table.fields if table is not None else [])}
+    hidden = [
+        i
+        for i, f in enumerate(columns)
+        if not is_reserved(f.name) and fold(f.name) in have and hides_fields(have[fold(f.name)], f.dataType)
+    ]
+    shapes: dict[int, list[DataType]] = {}
+    if hidden:
+        image = StructType([StructField(columns[i].name, VariantType()) for i in hidden])
+        after, keys = slots(F.col("after"), image)
+        got = (
+            read_json(spark, uris, StructType([StructField("after", image)]), {})
+            .select(*[F.collect_set(F.schema_of_variant(after.getField(k))).alias(f"c{j}") for j, k in enumerate(keys)])
+            .first()
+        )
+        assert got is not None
+        for j, i in enumerate(hidden):
+            shapes[i] = [t for t in (variant_json_type(x) for x in got[f"c{j}"]) if t is not None]
+    fields = []
+    for i, f in enumerate(columns):
+        if is_reserved(f.name):
+            read: DataType | None = StringType()
+        elif fold(f.name) not in have and declared and fold(f.name) in declared:
+            read = declared[fold(f.name)]
+        else:
+            read = read_type(have.get(fold(f.name)), shapes.get(i, [f.dataType]))
+        if read is not None:
+            fields.append(StructField(f.name, read))
+    unified = unify_case(StructType(fields))
+    assert isinstance(unified, StructType)
+    return unified
+
+
+def read_staging(spark: SparkSession, uris: list[str], after: StructType | None = None) -> DataFrame:
+    """Pass 2: staged events as rows, values parsed straight into ``after``'s types, each row
+    tagged with its object name for the per-table watermarks.
+
+    An event with a value the parser cannot convert (``"x"`` or ``2.5`` into a bigint) is a
+    corrupt record: CORRUPT holds its line and its system fields come from re-parsing that line.
+    Which events are corrupt depends on the columns a query reads: read the result once, with
+    every column (the job caches it)."""
+    fields = [*STAGED.fields, *([StructField("after", after)] if after is not None else [])]
+    raw = read_json(
+        spark,
+        uris,
+        StructType([*fields, StructField(CORRUPT, StringType())]),
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, **JSON_OPTIONS},
+    )
+    line = F.col(CORRUPT)
+    # <day>/<hour>/<file>; substring_index, not a regex: a regex per row cost ~2.5 s per 1M events.
+    name = F.substring_index(F.col("_metadata.file_path"), "/", -3)
+    staged = "_cdc_w_staged"
+    raw = raw.select("*", F.when(line.isNotNull(), F.from_json(line, STAGED, JSON_OPTIONS)).alias(staged))
+    fixed = [F.coalesce(F.col(staged).getField(f.name), F.col(f.name)).alias(f.name) for f in STAGED]
+    return raw.select(*fixed, *(["after"] if after is not None else []), CORRUPT, name.alias(OBJECT))
+
+
+def drop_exact_duplicates(events: DataFrame, copies: str | None = None) -> DataFrame:
+    """Same producer + same event sequence = the same event delivered twice. With ``copies``,
+    that column counts the deliveries of each kept event (their sum is the events received)."""
+    if copies is None:
+        return events.dropDuplicates([SOURCE, SEQ])
+    others = [c for c in events.columns if c not in (SOURCE, SEQ)]
+    return events.groupBy(SOURCE, SEQ).agg(*[F.first(col(c)).alias(c) for c in others], F.count(F.lit(1)).alias(copies))
+
+
+def flatten(events: DataFrame) -> DataFrame:
+    """After-image fields become columns next to the system and working columns: one column
+    per name ignoring case (the first spelling in sort order, every spelling's values). A
+    reserved top-level name (``_cdc_*``, only past the door) becomes no column: UNFIT says why,
+    for the events that hold a value there."""
+    t = events.schema["after"].dataType
+    fields = t.fields if isinstance(t, StructType) else []
+    after, keys = slots(F.col("after"), t) if isinstance(t, StructType) else (F.col("after"), [])
+    user, unfit = [], []
+    for idx in spellings(fields).values():
+        name = min(fields[i].name for i in idx)
+        parts = [after.getField(keys[i]) for i in idx]
+        value = parts[0] if len(parts) == 1 else F.coalesce(*parts)
+        if len(idx) > 1 or has_case_variants(fields[idx[0]].dataType):
+            value = conform(value, fields[idx[0]].dataType, dedupe_case(fields[idx[0]].dataType))[0]
+        if is_reserved(name):
+            unfit.append(F.when(value.isNotNull(), F.lit(f"column {name}: {problem(name, top=True)}")))
+        else:
+            user.append(value.alias(name))
+    extra = [c for c in (COPIES, CORRUPT) if c in events.columns]
+    why = F.concat_ws("; ", *unfit) if unfit else F.lit("")
+    return events.select(KEY, *user, SEQ, TS, SOURCE, ORDER, OP, OBJECT, *extra, F.when(why != "", why).alias(UNFIT))
