@@ -273,8 +273,9 @@ def _source_table(payload: Mapping[str, Any], ppath: str) -> tuple[dict[str, Any
     return source, spath, table
 
 
-def _images(payload: Mapping[str, Any], ppath: str, op: str, limits: names.Limits) -> Images:
-    """``before`` and ``after``, each checked against the door rule; the key's image must be there."""
+def _images(payload: Mapping[str, Any], ppath: str, op: str, limits: names.Limits) -> tuple[Images, str]:
+    """``before`` and ``after``, each checked against the door rule, and which one holds the key
+    (it must be there)."""
     images: Images = {}
     for name in ("before", "after"):
         image = payload.get(name)
@@ -292,7 +293,7 @@ def _images(payload: Mapping[str, Any], ppath: str, op: str, limits: names.Limit
                 names.check_image(img, limits)
             except names.Refused as exc:
                 raise InvalidBatch(f"{ppath}.{name}{exc.field}", exc.message) from None
-    return images
+    return images, key_image
 
 
 def _timestamp(payload: Mapping[str, Any], source: Mapping[str, Any], ppath: str, spath: str) -> int:
@@ -322,8 +323,7 @@ def _event(
     ppath, payload = _payload(item, base)
     op = _op(payload, ppath)
     source, spath, table = _source_table(payload, ppath)
-    images = _images(payload, ppath, op, limits)
-    key_image = "before" if op == "d" else "after"
+    images, key_image = _images(payload, ppath, op, limits)
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
     image = images[key_image]
     assert image is not None  # _images refuses an event without it

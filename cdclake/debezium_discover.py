@@ -37,7 +37,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cdclake.coltypes import MAX_PRECISION
 from cdclake.debezium_config import Database
+from cdclake.debezium_types import VARIABLE_SCALE
 
 __all__ = ["Discovered", "DiscoveryError", "discover", "mysql_type", "postgres_type"]
 
@@ -68,14 +70,12 @@ _PG_SIMPLE = {
     "bytea": "binary",
     **{t: "string" for t in ("text", "varchar", "bpchar", "uuid", "json", "jsonb", "xml", "name", "timetz")},
 }
-_MAX_PRECISION = 38
-_VARIABLE_SCALE = "decimal(38,18)"  # debezium_types.VARIABLE_SCALE
 
 
 def _decimal(precision: int | None, scale: int | None) -> str:
     if precision is None:
-        return _VARIABLE_SCALE
-    return f"decimal({precision},{scale or 0})" if precision <= _MAX_PRECISION else "string"
+        return "decimal({},{})".format(*VARIABLE_SCALE)
+    return f"decimal({precision},{scale or 0})" if precision <= MAX_PRECISION else "string"
 
 
 def postgres_type(typname: str, typmod: int, is_enum: bool = False, element: str | None = None) -> str | None:

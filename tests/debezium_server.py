@@ -24,10 +24,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -218,6 +218,22 @@ class MariaDB:
                 self.proc.wait(10)
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+Source = TypeVar("Source", LogicalPostgres, MariaDB)
+
+
+@contextlib.contextmanager
+def running(server: Source, db: str | None = None, schema: str = "") -> Iterator[Source]:
+    """``server`` started (with database ``db`` holding ``schema``, if given), stopped on exit."""
+    try:
+        server.start()
+        if db is not None:
+            server.create_db(db)
+            server.sql(schema, db)
+        yield server
+    finally:
+        server.stop()
 
 
 class DebeziumServer:

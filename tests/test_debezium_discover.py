@@ -16,7 +16,7 @@ from cdclake.debezium_config import Database
 from cdclake.debezium_discover import DiscoveryError, discover, mysql_type, postgres_type
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
-from tests.debezium_server import DBZ_PASSWORD, LogicalPostgres, MariaDB, missing
+from tests.debezium_server import DBZ_PASSWORD, LogicalPostgres, MariaDB, missing, running
 from tests.support import make_settings
 
 # The canonical type each kind of debezium_expect.py must be declared as.
@@ -37,26 +37,14 @@ def want_types(kinds: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[LogicalPostgres]:
-    server = LogicalPostgres()
-    try:
-        server.start()
-        server.create_db("disc")
-        server.sql(w.PG_SCHEMA, "disc")
+    with running(LogicalPostgres(), "disc", w.PG_SCHEMA) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def maria() -> Iterator[MariaDB]:
-    server = MariaDB()
-    try:
-        server.start()
-        server.create_db("disc")
-        server.sql(w.MARIA_SCHEMA, "disc")
+    with running(MariaDB(), "disc", w.MARIA_SCHEMA) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.debezium

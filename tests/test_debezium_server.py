@@ -35,7 +35,7 @@ from cdclake.local import free_port
 from cdclake.settings import Settings
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
-from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, fold, missing
+from tests.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, fold, missing, running
 from tests.support import fresh_settings, make_settings
 
 pytestmark = [
@@ -101,20 +101,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[LogicalPostgres]:
-    server = LogicalPostgres()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with running(LogicalPostgres()) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def maria() -> Iterator[MariaDB]:
-    server = MariaDB()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    with running(MariaDB()) as server:
+        yield server
 
 
 Plan = tuple[Pipeline, Callable[[], bool], Callable[[], dict[str, list[dict[str, Any]]]]]

@@ -140,13 +140,9 @@ def test_a_value_too_precise_for_its_type_is_text_saying_so_never_rounded() -> N
     assert text.startswith("1.1234567890123456789012 ") and "does not fit decimal(38,18)" in text
 
 
-@pytest.mark.spark
-def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: Settings) -> None:
-    rows = [source_row(1, Decimal("2.50")), source_row(2, Decimal("-0.000000000000000001"))]
-    too_precise = source_row(3, Decimal("1.1234567890123456789012"))
-    with TestClient(create_app(settings)) as c:
-        r = c.post("/v1/debezium", json=[envelope(row, 100 + i) for i, row in enumerate([*rows, too_precise])])
-    assert r.status_code == 200, r.text
+def assert_applied_as_the_source(spark: Any, settings: Settings, rows: list[dict[str, Any]]) -> None:
+    """One apply: ``rows`` applied, one event quarantined, the table has WANT_TYPES and the
+    source's values."""
     (result,) = apply_all(spark, settings)
     assert (result["applied"], result["quarantined"]) == (2, 1), result
     df = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts")
@@ -158,6 +154,16 @@ def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: 
         row = {k: v for k, v in got[want["id"]].items() if not k.startswith("_cdc_")}
         seen_utc = want["seen_tz"].astimezone(UTC).replace(tzinfo=None)  # PySpark hands back naive UTC here
         assert row == {**want, "seen_tz": seen_utc, "raw": bytearray(want["raw"])}
+
+
+@pytest.mark.spark
+def test_iceberg_columns_have_the_source_types_and_values(spark: Any, settings: Settings) -> None:
+    rows = [source_row(1, Decimal("2.50")), source_row(2, Decimal("-0.000000000000000001"))]
+    too_precise = source_row(3, Decimal("1.1234567890123456789012"))
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/debezium", json=[envelope(row, 100 + i) for i, row in enumerate([*rows, too_precise])])
+    assert r.status_code == 200, r.text
+    assert_applied_as_the_source(spark, settings, rows)
     total = spark.sql(f"SELECT sum(balance) AS s FROM {settings.catalog_name}.{settings.namespace}.accounts").first()
     with localcontext() as ctx:
         ctx.prec = 100
@@ -337,16 +343,6 @@ def test_without_a_schema_iceberg_columns_have_the_configured_types_and_source_v
     with TestClient(create_app(settings)) as c:
         r = c.post("/v1/debezium", json=[*(flat(row, 100 + i) for i, row in enumerate(rows)), ambiguous])
     assert r.status_code == 200, r.text
-    (result,) = apply_all(spark, settings)
-    assert (result["applied"], result["quarantined"]) == (2, 1), result
-    df = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts")
-    types = {f.name: f.dataType.simpleString() for f in df.schema.fields if not f.name.startswith("_cdc_")}
-    assert types == WANT_TYPES
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    got = {r["id"]: r.asDict() for r in df.collect()}
-    for want in rows:
-        row = {k: v for k, v in got[want["id"]].items() if not k.startswith("_cdc_")}
-        seen_utc = want["seen_tz"].astimezone(UTC).replace(tzinfo=None)
-        assert row == {**want, "seen_tz": seen_utc, "raw": bytearray(want["raw"])}
+    assert_applied_as_the_source(spark, settings, rows)
     (q,) = spark.table(f"{settings.catalog_name}.{settings.namespace}.accounts__quarantine").collect()
     assert q["_cdc_row_id"] == "3" and "time.precision.mode=isostring" in q["_cdc_reason"]
