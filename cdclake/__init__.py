@@ -1,10 +1,12 @@
-"""cdclake: the shared contracts of the CDC-to-Iceberg pipeline.
+"""cdclake: the shared layer of the CDC-to-Iceberg pipeline, in sub-packages that depend one way.
 
-Holds the CDC event and batch types, the staging layout, the watermark format and the settings,
-and what the two services (receiver, REST catalog) share: metrics, JSON logs, connection limits.
-The services, the Spark jobs and the DAGs import this package; it imports none of them (the CLI
-starts the REST catalog from inside ``cdclake.cli.rest``; tests/test_import_graph.py), and its
-heavy backends (pyspark, pyiceberg) are imported lazily inside the functions that need them.
+``contracts`` (events, names, column types, the wire protocol, the watermark, Debezium) <-
+``config`` <- ``staging`` <- ``lake`` <- ``service`` <- ``orchestration`` <- ``dev`` <- ``cli``;
+``client`` (the producer SDK) stands on ``contracts`` alone. ARCHITECTURE.md draws the layers and
+tests/test_import_graph.py enforces them. The services, the Spark jobs and the DAGs import this
+package, never ``dev`` or ``cli``; it imports none of them (the CLI starts the REST catalog from
+inside ``cdclake.cli.main.rest``). Heavy backends (pyspark, pyiceberg, boto3) are imported lazily
+inside the functions that need them.
 """
 
 __version__ = "0.1.0"

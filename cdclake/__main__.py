@@ -1,5 +1,5 @@
 import sys
 
-from cdclake.cli import main
+from cdclake.cli.main import main
 
 sys.exit(main())

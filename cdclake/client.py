@@ -25,7 +25,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import msgspec
 
-from cdclake.protocol import DEFAULT_MAX_BODY_BYTES, LEAVING_REASONS, PROTOCOL_VERSION, RETRYABLE_REASONS
+from cdclake.contracts.protocol import DEFAULT_MAX_BODY_BYTES, LEAVING_REASONS, PROTOCOL_VERSION, RETRYABLE_REASONS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

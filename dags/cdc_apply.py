@@ -8,9 +8,9 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
-from cdclake.dag_support import failure_logger
+from cdclake.orchestration.dag_support import failure_logger
+from cdclake.orchestration.submit import spark_job_operator
 from cdclake.staging import ASSET_NAME, ASSET_URI
-from cdclake.submit import spark_job_operator
 
 # Updated by the receiver (REST API) after each landing, debounced: data-aware scheduling.
 STAGING = Asset(name=ASSET_NAME, uri=ASSET_URI)
@@ -74,10 +74,10 @@ def cdc_apply() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each applying its group of tables in turn."""
-        from cdclake.catalog import pending_tables
-        from cdclake.dag_support import table_groups
-        from cdclake.settings import load
-        from cdclake.submit import group_kwargs
+        from cdclake.config.settings import load
+        from cdclake.lake.catalog import pending_tables
+        from cdclake.orchestration.dag_support import table_groups
+        from cdclake.orchestration.submit import group_kwargs
 
         params = params or {}
         settings = load()

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
-from cdclake.dag_support import failure_logger
-from cdclake.submit import spark_job_operator
+from cdclake.orchestration.dag_support import failure_logger
+from cdclake.orchestration.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,10 @@ def iceberg_compaction() -> None:
     @task
     def candidates(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Spark jobs for the tables that need compaction (chosen with pyiceberg, no JVM here), grouped."""
-        from cdclake.dag_support import table_groups
-        from cdclake.health import compaction_candidates
-        from cdclake.settings import load
-        from cdclake.submit import group_kwargs
+        from cdclake.config.settings import load
+        from cdclake.lake.health import compaction_candidates
+        from cdclake.orchestration.dag_support import table_groups
+        from cdclake.orchestration.submit import group_kwargs
 
         p = params or {}
         settings = load()

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from cdclake.dag_support import failure_logger
-from cdclake.submit import spark_job_operator
+from cdclake.orchestration.dag_support import failure_logger
+from cdclake.orchestration.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,10 @@ def iceberg_expire() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each maintaining its group of tables in turn."""
-        from cdclake.dag_support import table_groups
-        from cdclake.health import all_tables
-        from cdclake.settings import load
-        from cdclake.submit import group_kwargs
+        from cdclake.config.settings import load
+        from cdclake.lake.health import all_tables
+        from cdclake.orchestration.dag_support import table_groups
+        from cdclake.orchestration.submit import group_kwargs
 
         p = params or {}
         settings = load()
@@ -112,8 +112,8 @@ def iceberg_expire() -> None:
 
     @task
     def clean_staging(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from cdclake.cleanup import clean_staging as clean
-        from cdclake.settings import load
+        from cdclake.config.settings import load
+        from cdclake.lake.cleanup import clean_staging as clean
 
         p = params or {}
         end = _interval_end()

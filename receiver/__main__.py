@@ -7,9 +7,9 @@ import sys
 
 import uvicorn
 
-from cdclake.connections import server_config
-from cdclake.exposure import receiver_refusal
-from cdclake.settings import load
+from cdclake.config.settings import load
+from cdclake.service.connections import server_config
+from cdclake.service.exposure import receiver_refusal
 from receiver.app import create_app
 
 

@@ -26,10 +26,11 @@ from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
-from cdclake import debezium, events, names, stores
-from cdclake.metrics import Metrics
-from cdclake.settings import Settings
-from cdclake.tables import load_table_config
+from cdclake.config.settings import Settings
+from cdclake.config.tables import load_table_config
+from cdclake.contracts import debezium, events, names
+from cdclake.service.metrics import Metrics
+from cdclake.staging import stores
 from receiver import auth, decode, landing, openapi, stream
 from receiver.backlog import Backlog
 from receiver.notify import Notifier
@@ -154,7 +155,7 @@ async def ingest(
         raw = await decode.read_limited(request.stream(), request.headers.get("content-length"), *limit)
     except Rejected as exc:
         return answer_response(refusal(exc))
-    except ClientDisconnect:  # gone, or closed by a read deadline (cdclake.connections)
+    except ClientDisconnect:  # gone, or closed by a read deadline (cdclake.service.connections)
         return Response(status_code=408)
     encoding = request.headers.get("content-encoding")
     producer_id = who.id if who is not None else None
@@ -254,7 +255,7 @@ async def status(request: Request) -> Response:
             "connectedSources": sorted(stream.connected(svc)),
             "inFlight": svc.in_flight,
             "lastLandingTime": svc.lander.last_landing_ms,
-            # The staging store's clock minus this host's: names use the store's (cdclake.storeclock).
+            # The staging store's clock minus this host's: names use the store's (cdclake.staging.clock).
             "storeClockOffsetS": svc.lander.store_clock.offset_s,
             "airflowNotify": {"enabled": notifier.enabled, "sent": notifier.sent, "lastError": notifier.last_error},
             "uptimeS": round(time.time() - request.state.started, 1),

@@ -6,8 +6,8 @@
     tables = ["users", "orders"]      # or ["*"]
 
 Without a file every request is allowed, so the receiver then listens on loopback only: it
-refuses to start on another host without one (cdclake.exposure). ``cdclake init`` creates the
-file when the setting names one that does not exist (cdclake.bootstrap).
+refuses to start on another host without one (cdclake.service.exposure). ``cdclake init`` creates the
+file when the setting names one that does not exist (cdclake.lake.bootstrap).
 """
 
 from __future__ import annotations

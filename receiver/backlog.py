@@ -2,7 +2,7 @@
 the receiver's backpressure signal and its fan-out bookkeeping.
 
 Refreshed in the background from the staging listing and the tables' watermarks (the same
-:func:`cdclake.catalog.pending_objects` the apply DAG plans with; object names carry their
+:func:`cdclake.lake.catalog.pending_objects` the apply DAG plans with; object names carry their
 producer); between refreshes every landing counts one more object per table, so a burst is seen
 before the next refresh.
 """
@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from cdclake import staging
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
 from receiver.rejected import Rejected
 
 log = logging.getLogger("cdclake.receiver")
@@ -84,7 +84,7 @@ class Backlog:
 
     def refresh(self) -> None:
         """Lists staging and reads watermarks (pyiceberg)."""
-        from cdclake.catalog import pending_objects
+        from cdclake.lake.catalog import pending_objects
 
         self._landed_during_scan = set()
         try:
@@ -116,7 +116,7 @@ class Backlog:
 
     def load_known(self) -> None:
         """Which tables exist: staging folders (one listing) and the catalog's CDC tables."""
-        from cdclake.health import cdc_tables
+        from cdclake.lake.health import cdc_tables
 
         landed = self._landed_during_scan
         try:
@@ -133,7 +133,7 @@ class Backlog:
 
     def refresh_health(self) -> None:
         """Table health and freshness (manifests only, no data read), for /metrics."""
-        from cdclake.health import cdc_tables, table_health
+        from cdclake.lake.health import cdc_tables, table_health
 
         try:
             out = {}

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from cdclake import debezium, events, names
+from cdclake.contracts import debezium, events, names
 from receiver.rejected import Rejected
 
 

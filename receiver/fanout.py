@@ -9,8 +9,8 @@ Iceberg table (:attr:`receiver.backlog.Backlog.known`, refreshed with the backlo
 
 from __future__ import annotations
 
-from cdclake.events import Batch
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts.events import Batch
 from receiver.backlog import Backlog
 from receiver.ratelimit import RateLimiter
 from receiver.rejected import Rejected

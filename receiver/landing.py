@@ -13,7 +13,7 @@ that died: the next landing takes it over under the next receipt generation, kee
 that were written and writing only the missing ones, under fresh names (a name older than the
 apply job's landing grace could be skipped). So every acked batch is in staging exactly once.
 
-Object names and claim times are the staging store's time (:mod:`cdclake.storeclock`), never this
+Object names and claim times are the staging store's time (:mod:`cdclake.staging.clock`), never this
 host's: a receiver whose clock is behind the apply's would otherwise name objects below a
 watermark that already passed them.
 
@@ -39,9 +39,9 @@ from typing import Literal
 import msgspec
 
 from cdclake import staging
-from cdclake.events import Batch, stage_lines
+from cdclake.contracts.events import Batch, stage_lines
 from cdclake.staging import Receipt
-from cdclake.storeclock import StoreClock
+from cdclake.staging.clock import StoreClock
 
 _PUTS = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="cdclake-put")
 
@@ -112,7 +112,7 @@ class Prepared:
     @classmethod
     def from_batch(cls, batch: Batch, by_identity: bool = False) -> Prepared:
         """``by_identity``: the batch number is derived from its events' identities (Debezium,
-        :func:`cdclake.debezium.to_batch`), so two landings of one number are the same events
+        :func:`cdclake.contracts.debezium.to_batch`), so two landings of one number are the same events
         whatever else changed: a Debezium restarted after a crash re-sends a change with a new
         processing time (``ts_ms``), and comparing content would refuse it forever."""
         objects = stage_lines(batch)

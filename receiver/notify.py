@@ -19,8 +19,8 @@ import anyio
 import anyio.to_thread
 
 from cdclake import staging
-from cdclake.metrics import Metrics
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.service.metrics import Metrics
 
 log = logging.getLogger("cdclake.receiver")
 
@@ -82,7 +82,7 @@ class Notifier:
 
     def client(self) -> Any:
         if self._client is None:
-            from cdclake.airflow_api import AirflowClient
+            from cdclake.orchestration.airflow_api import AirflowClient
 
             self._client = AirflowClient(
                 self.settings.airflow_url, self.settings.airflow_user, self.settings.airflow_password, timeout=10.0

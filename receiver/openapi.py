@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from cdclake.events import SOURCE_PATTERN, Batch
-from cdclake.protocol import ACK_STATUSES, NACK_REASONS
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts.events import SOURCE_PATTERN, Batch
+from cdclake.contracts.protocol import ACK_STATUSES, NACK_REASONS
 
 
 def _nack(description: str) -> dict[str, Any]:

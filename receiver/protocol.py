@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from cdclake import names
-from cdclake.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
-from cdclake.protocol import ACK_STATUSES, NACK_REASONS, PROTOCOL_VERSION
+from cdclake.contracts import names
+from cdclake.contracts.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
+from cdclake.contracts.protocol import ACK_STATUSES, NACK_REASONS, PROTOCOL_VERSION
 from receiver.ratelimit import Decision
 
 __all__ = ["ACK_STATUSES", "NACK_REASONS", "PROTOCOL_VERSION", "ack", "decode_client_message", "nack"]

@@ -18,11 +18,11 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.to_thread
 
-from cdclake import events
-from cdclake.metrics import Metrics
-from cdclake.protocol import RETRYABLE_REASONS
-from cdclake.settings import Settings
-from cdclake.storeclock import StoreClockError
+from cdclake.config.settings import Settings
+from cdclake.contracts import events
+from cdclake.contracts.protocol import RETRYABLE_REASONS
+from cdclake.service.metrics import Metrics
+from cdclake.staging.clock import StoreClockError
 from receiver import auth, decode, landing
 from receiver.backlog import Backlog
 from receiver.fanout import NewTables, batch_tables

@@ -24,9 +24,9 @@ import anyio.to_thread
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from cdclake import names
-from cdclake.events import Batch, InvalidBatch
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts import names
+from cdclake.contracts.events import Batch, InvalidBatch
 from receiver import decode
 from receiver.notify import Notifier
 from receiver.protocol import (

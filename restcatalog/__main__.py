@@ -6,9 +6,9 @@ import sys
 
 import uvicorn
 
-from cdclake.connections import server_config
-from cdclake.exposure import rest_refusal
-from cdclake.settings import Settings, load
+from cdclake.config.settings import Settings, load
+from cdclake.service.connections import server_config
+from cdclake.service.exposure import rest_refusal
 from restcatalog.app import create_app
 
 

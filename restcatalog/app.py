@@ -41,8 +41,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cdclake.metrics import Metrics
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.service.metrics import Metrics
 from restcatalog import auth, errors, locations, names, openapi, partitions
 from restcatalog.catalog import Catalog, Loaded, client_config
 from restcatalog.errors import IcebergError, bad_request

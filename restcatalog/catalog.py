@@ -35,8 +35,8 @@ from sqlalchemy import Engine, insert, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cdclake.catalog import io_properties
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.lake.catalog import io_properties
 from restcatalog import locations, names
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
 from restcatalog.models import CreateTableRequest
@@ -162,7 +162,7 @@ class Catalog:
         self.cache = MetadataCache()
         props = {"uri": settings.catalog_db_url, "warehouse": settings.warehouse, "schema_version": "v1"}
         props.update(io_properties(settings))
-        # The same name, database and warehouse as cdclake.catalog.open_catalog and Spark's
+        # The same name, database and warehouse as cdclake.lake.catalog.open_catalog and Spark's
         # JdbcCatalog: the same rows of iceberg_tables.
         self.sql = _CachingSqlCatalog(settings.catalog_name, self.cache, **props)
         if self.sql.engine.dialect.name == "sqlite":

@@ -38,11 +38,11 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cdclake.locks import table_lock
-from cdclake.names import Limits
-from cdclake.settings import Settings, load
-from cdclake.spark import table_ident
-from cdclake.tables import load_table_config
+from cdclake.config.settings import Settings, load
+from cdclake.config.tables import load_table_config
+from cdclake.contracts.names import Limits
+from cdclake.lake.locks import table_lock
+from cdclake.lake.spark import table_ident
 from spark_jobs.commit import commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import account, decide, mark_seen, settle
 from spark_jobs.fit import fit, mark_unavailable
@@ -133,7 +133,7 @@ def apply_table(
 def apply_with_retries(
     spark: SparkSession, settings: Settings, table: str, max_objects: int, attempts: int = 3
 ) -> dict[str, Any]:
-    """Each attempt holds the table's lock (cdclake.locks, shared with compaction and expiry)
+    """Each attempt holds the table's lock (cdclake.lake.locks, shared with compaction and expiry)
     from listing to the last commit, so maintenance never commits between its read and its
     commits (apache/iceberg #4996); a failure or crash releases it (at once, or after the TTL).
     The lock is first come first served and released between attempts, so a stream of applies

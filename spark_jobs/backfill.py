@@ -15,7 +15,7 @@ Property first, then the column: a crash between the two leaves the property, an
 it too, and the next run fills them. Filling twice changes nothing: a filled row is not NULL.
 Values never go into SQL text (named parameter markers); names only quoted
 (:mod:`spark_jobs.sqltext`); the type is read back only in the vocabulary of
-:mod:`cdclake.coltypes`.
+:mod:`cdclake.contracts.coltypes`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
-from cdclake import coltypes
-from cdclake.names import fold
+from cdclake.contracts import coltypes
+from cdclake.contracts.names import fold
 from spark_jobs.declared import Declared
 from spark_jobs.sqltext import quote, sql_type, string_literal
 

@@ -5,7 +5,7 @@
   reads each (it matches names exactly) into the same type; :func:`dedupe_case` is the type
   with one field per name (the first spelling in sort order; the table's spelling wins later,
   where values are fitted to the table by :func:`spark_jobs.schema.conform`).
-* The rule: names :func:`cdclake.names.problem` refuses are never added to a table; they reach
+* The rule: names :func:`cdclake.contracts.names.problem` refuses are never added to a table; they reach
   staging only past the door (an older receiver, a hand-made object).
 * The budget: a table's user columns, counted as leaf fields (:func:`leaves`), never pass
   ``CDCLAKE_MAX_COLUMNS``. :func:`plan_columns` adds a run's new columns in order while they fit.
@@ -22,7 +22,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, NullType, StructField, StructType
 
-from cdclake.names import Limits, fold, problem
+from cdclake.contracts.names import Limits, fold, problem
 from spark_jobs.schema import Path, json_merge, safe_widening, slots, spellings
 
 

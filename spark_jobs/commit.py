@@ -18,10 +18,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from cdclake.catalog import load_table
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
-from cdclake.watermark import count_properties
+from cdclake.config.settings import Settings
+from cdclake.contracts.watermark import count_properties
+from cdclake.lake.catalog import load_table
+from cdclake.lake.spark import table_ident
 from spark_jobs import backfill
 from spark_jobs.decide import Tally
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark

@@ -1,5 +1,5 @@
 """What a run's events declare about their top-level columns (the staged events' ``columnTypes``
-and ``columnDefaults``, :mod:`cdclake.coltypes`): the type a new column is created as, instead of
+and ``columnDefaults``, :mod:`cdclake.contracts.coltypes`): the type a new column is created as, instead of
 the type Spark's JSON inference gives its values, and the source default that rows written
 before the column existed get (:mod:`spark_jobs.backfill`)."""
 
@@ -12,8 +12,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType
 
-from cdclake import coltypes
-from cdclake.names import fold
+from cdclake.contracts import coltypes
+from cdclake.contracts.names import fold
 from spark_jobs.schema import slots
 
 FIELD = "columnTypes"
@@ -22,7 +22,7 @@ DEFAULTS = "columnDefaults"
 
 @dataclass(frozen=True)
 class Declared:
-    """A run's declarations, by :func:`cdclake.names.fold` of the column name."""
+    """A run's declarations, by :func:`cdclake.contracts.names.fold` of the column name."""
 
     types: dict[str, DataType] = field(default_factory=dict)
     """The type every event of the run that declares one agrees on."""

@@ -11,9 +11,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import NullType, StringType, StructField, StructType, VariantType
 
-from cdclake import names
-from cdclake.events import UNAVAILABLE
-from cdclake.names import Limits, fold, is_reserved
+from cdclake.contracts import names
+from cdclake.contracts.events import UNAVAILABLE
+from cdclake.contracts.names import Limits, fold, is_reserved
 from spark_jobs.columns import extra_values, not_added
 from spark_jobs.read import JSON_OPTIONS
 from spark_jobs.schema import conform

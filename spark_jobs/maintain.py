@@ -5,7 +5,7 @@
     spark-submit ... spark_jobs/maintain.py expire --table orders --older-than 2026-11-20T00:00:00Z
         [--retain-last 5] [--orphans-older-than 2026-11-17T00:00:00Z] [--dry-run]
 
-Both take the per-table lock (cdclake.locks) that the apply job takes, so a rewrite never commits
+Both take the per-table lock (cdclake.lake.locks) that the apply job takes, so a rewrite never commits
 blindly against a concurrent apply (apache/iceberg #4996), and plan against the table as it is
 once they hold it (refresh_tables); a commit conflict (another writer) is retried.
 Expiry never removes the snapshot that carries the table's newest consumed-staging watermark,
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from cdclake.events import TOMBSTONES_SUFFIX
-from cdclake.locks import table_lock
-from cdclake.settings import Settings, load
-from cdclake.watermark import SUMMARY_KEY
+from cdclake.config.settings import Settings, load
+from cdclake.contracts.events import TOMBSTONES_SUFFIX
+from cdclake.contracts.watermark import SUMMARY_KEY
+from cdclake.lake.locks import table_lock
 from spark_jobs.job import commit_or_validation_failure, report, run_main, with_retries
 
 T = TypeVar("T")

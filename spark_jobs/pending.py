@@ -1,7 +1,7 @@
 """What one apply run consumes: the staging objects no watermark holds yet, or, after a crash,
 exactly the objects the crashed run logged in a side table but never committed to the table.
 
-Every commit carries its own consumed-staging watermark (:mod:`cdclake.watermark`): the side
+Every commit carries its own consumed-staging watermark (:mod:`cdclake.contracts.watermark`): the side
 tables commit before the table, so a side table's watermark holds everything the table's does,
 plus the objects of a run that did not reach the table's commit."""
 
@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from cdclake import staging, stores
-from cdclake.catalog import table_watermark
-from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
-from cdclake.storeclock import StoreClock
-from cdclake.watermark import SUMMARY_KEY, Watermark
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
+from cdclake.lake.catalog import table_watermark
+from cdclake.lake.spark import table_ident
+from cdclake.staging import stores
+from cdclake.staging.clock import StoreClock
 
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 SIDE_TABLES = (QUARANTINE, CHANGES, TOMBSTONES)
@@ -57,7 +58,7 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.
     wm_main = table_watermark(settings, table) or Watermark()
-    # The store's clock, which named the objects, not this host's (see cdclake.storeclock).
+    # The store's clock, which named the objects, not this host's (see cdclake.staging.clock).
     listed_at_ms = StoreClock(store).lower_ms()
     listed_keys = list(store.list(table, after=wm_main.low))
     unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]

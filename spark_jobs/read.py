@@ -11,14 +11,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType, VariantType
 
-from cdclake.names import fold, is_reserved, problem
+from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
 from spark_jobs.schema import conform, hides_fields, read_type, slots, spellings, variant_json_type
 from spark_jobs.sqltext import col
 from spark_jobs.system import COPIES, CORRUPT, KEY, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
 
-# A staged line's fields besides the after-image (cdclake.events.StagedEvent), as the job reads them.
+# A staged line's fields besides the after-image (cdclake.contracts.events.StagedEvent), as the job reads them.
 STAGED = StructType(
     [
         StructField("source", StringType()),
@@ -48,7 +48,7 @@ def read_events(
 
 
 def normalise(raw: DataFrame) -> DataFrame:
-    """Staged events (see cdclake.events.StagedEvent) -> one typed row per event."""
+    """Staged events (see cdclake.contracts.events.StagedEvent) -> one typed row per event."""
     after_type = raw.schema["after"].dataType if "after" in raw.columns else None
     after = F.col("after") if isinstance(after_type, StructType) else F.lit(None).cast("struct<>")
     seq = F.col("sequence").cast("long")
@@ -117,7 +117,7 @@ def after_read_type(
 ) -> StructType | None:
     """The after-image's read type: per column of the run, the table's type where the table has
     the column (:func:`spark_jobs.schema.read_type`), else the declared one (``declared``, by
-    :func:`cdclake.names.fold`), else the inferred one. None: no after-images.
+    :func:`cdclake.contracts.names.fold`), else the inferred one. None: no after-images.
 
     Where inference merged a struct column's objects with values of another kind into a string,
     the run's new struct fields are found from each value's own shape (one more pass, over that

@@ -13,7 +13,7 @@ Structs are rebuilt field by field BY NAME (:func:`conform`): Spark's struct-to-
 positional, and inference orders fields alphabetically while the table keeps them in the order
 they were added.
 
-Names are matched ignoring case (:func:`cdclake.names.fold`), as Spark and Iceberg look them up.
+Names are matched ignoring case (:func:`cdclake.contracts.names.fold`), as Spark and Iceberg look them up.
 One run may hold several spellings of one name (``Name`` in one event, ``name`` in another):
 Spark cannot resolve such a struct's fields by name, so :func:`slots` renames them by position
 first, and :func:`conform` merges the spellings into the table's one field. Nested paths are
@@ -44,7 +44,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from cdclake.names import fold
+from cdclake.contracts.names import fold
 
 
 def safe_widening(src: DataType, dst: DataType) -> bool:

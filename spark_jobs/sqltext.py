@@ -1,6 +1,6 @@
 """The only way spark_jobs puts a name or a type into SQL text or a column reference.
 
-Column and field names are producer data (cdclake.names lets spaces, quotes, ``:``, ``<>`` and
+Column and field names are producer data (cdclake.contracts.names lets spaces, quotes, ``:``, ``<>`` and
 SQL fragments through, as JSON does): in SQL each is one backtick-quoted identifier with its
 backticks doubled, which Spark's parser reads back as exactly that name whatever it holds.
 Types are rendered with every struct field name quoted so (``DataType.simpleString`` leaves

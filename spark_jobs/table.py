@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from cdclake.names import Limits, fold
-from cdclake.tables import TableOptions, transform_column
+from cdclake.config.tables import TableOptions, transform_column
+from cdclake.contracts.names import Limits, fold
 from spark_jobs import backfill
 from spark_jobs.columns import plan_columns
 from spark_jobs.declared import Declared

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from cdclake.events import UNAVAILABLE
+from cdclake.contracts.events import UNAVAILABLE
 from spark_jobs.sqltext import col
 from spark_jobs.system import KEEP, KEY, OP, ORDER, PAIR, PRESENT, REASON, SEQ, SOURCE, ordering, with_order
 

@@ -32,7 +32,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from cdclake import staging
-from cdclake.settings import load
+from cdclake.config.settings import load
 
 T0_MS = 1_767_225_600_000
 
@@ -220,7 +220,7 @@ def main() -> None:
     if "b" not in skip:
         from pyiceberg.expressions import In
 
-        from cdclake.catalog import open_catalog
+        from cdclake.lake.catalog import open_catalog
 
         cat = open_catalog(settings)
         cat.create_namespace_if_not_exists("pyice")
@@ -242,8 +242,8 @@ def main() -> None:
 
     if "a" not in skip:
         import spark_jobs.apply as job
-        from cdclake.spark import session, table_ident
-        from cdclake.tables import load_table_config
+        from cdclake.config.tables import load_table_config
+        from cdclake.lake.spark import session, table_ident
         from spark_jobs.apply import apply_table
         from spark_jobs.system import KEY
         from spark_jobs.table import apply_options

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cdclake.health import table_health
-from cdclake.reference import diff, expected_tables, rows_by_key
-from cdclake.settings import load
-from cdclake.spark import session, table_ident
-from cdclake.workload import generate
+from cdclake.config.settings import load
+from cdclake.dev.reference import diff, expected_tables, rows_by_key
+from cdclake.dev.workload import generate
+from cdclake.lake.health import table_health
+from cdclake.lake.spark import session, table_ident
 from spark_jobs.maintain import compact
 from tests.support import apply_all, stage
 

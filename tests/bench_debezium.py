@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from cdclake.local import free_port
-from cdclake.settings import load
+from cdclake.config.settings import load
+from cdclake.dev.stack import free_port
 from tests.debezium_server import LogicalPostgres, Pipeline, fail_fast_sink, missing
 
 # name, rows (None: --rows), sink settings

@@ -26,10 +26,10 @@ from typing import Any
 
 import psutil
 
-from cdclake.debezium_config import key_toml
-from cdclake.debezium_discover import discover
-from cdclake.local import free_port
-from cdclake.settings import Settings, load
+from cdclake.cli.debezium_config import key_toml
+from cdclake.cli.debezium_discover import discover
+from cdclake.config.settings import Settings, load
+from cdclake.dev.stack import free_port
 from tests.debezium_server import LogicalPostgres, Pipeline, fail_fast_sink, missing
 
 CASES: list[tuple[str, dict[str, object]]] = [
@@ -118,7 +118,7 @@ def main() -> None:
     args = ap.parse_args()
     if why := missing():
         sys.exit(why)
-    from cdclake.spark import session
+    from cdclake.lake.spark import session
 
     root = Path(tempfile.mkdtemp(prefix="cdclake-bench-debezium-update-"))
     pg = LogicalPostgres().start()

@@ -34,12 +34,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cdclake import stores
-from cdclake.catalog import load_table
 from cdclake.client import Producer
-from cdclake.local import LocalStack, free_port
-from cdclake.settings import load
-from cdclake.watermark import SUMMARY_KEY, Watermark
+from cdclake.config.settings import load
+from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
+from cdclake.dev.stack import LocalStack, free_port
+from cdclake.lake.catalog import load_table
+from cdclake.staging import stores
 
 TABLES = ("customers", "orders", "products")
 
@@ -253,8 +253,8 @@ def _wait_applied(stack: LocalStack, settings: Any, load_: Load, timeout: float)
 
 def _check(settings: Any, batches: list[dict[str, Any]]) -> list[str]:
     """The tables through Spark SQL against the reference model (a fresh in-process session)."""
-    from cdclake.reference import diff, expected_tables, rows_by_key
-    from cdclake.spark import session, table_ident
+    from cdclake.dev.reference import diff, expected_tables, rows_by_key
+    from cdclake.lake.spark import session, table_ident
 
     spark = session(settings, "cdclake-bench-check")
     try:

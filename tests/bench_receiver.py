@@ -41,9 +41,10 @@ import httpx
 import msgspec
 import psutil
 
-from cdclake import events, staging
-from cdclake.local import free_port
-from cdclake.settings import PROJECT_ROOT, Settings
+from cdclake import staging
+from cdclake.config.settings import PROJECT_ROOT, Settings
+from cdclake.contracts import events
+from cdclake.dev.stack import free_port
 
 T0_MS = 1_767_225_600_000
 TABLES = ("customers", "orders", "products")

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from cdclake.settings import load
+from cdclake.config.settings import load
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
 
@@ -120,7 +120,7 @@ def main() -> None:
 
     from pyiceberg.catalog.rest import RestCatalog
 
-    from cdclake.catalog import open_catalog
+    from cdclake.lake.catalog import open_catalog
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-bench-rest-"))
     settings = load({"CDCLAKE_HOME": str(home)})

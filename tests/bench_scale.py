@@ -6,7 +6,7 @@ each), everything on 127.0.0.1 from tests/cluster.py: SparkStandalone (a fresh m
 workers per run), SeaweedFS (tests/s3server.py) as S3 for staging and the warehouse, and the
 Iceberg JDBC catalog on SQLite (the catalog is touched by the driver only, the same for every n,
 so PostgreSQL would add a process and change nothing measured here). The driver is this process
-(client mode, ``cdclake.spark.session``).
+(client mode, ``cdclake.lake.spark.session``).
 
 Per run: the same events (the generator of tests/bench_apply.py: 70/25/5 insert/update/delete,
 10% re-sent, 2% out of order) land in a fresh staging prefix, for a fresh namespace whose table
@@ -38,8 +38,9 @@ from typing import Any
 import psutil
 import pyarrow.parquet as pq
 
-from cdclake import staging, stores
-from cdclake.settings import Settings, load
+from cdclake import staging
+from cdclake.config.settings import Settings, load
+from cdclake.staging import stores
 from tests.bench_apply import T0_MS, base_rows, workload
 from tests.cluster import SparkStandalone
 from tests.s3server import SeaweedS3
@@ -195,8 +196,8 @@ def foreign_spark() -> list[int]:
 
 def prepare_table(spark: Any, settings: Settings, base_path: Path, n_base: int) -> None:
     """The table as bench_apply makes it: configured by the job's own rules, holding the base rows."""
-    from cdclake.spark import table_ident
-    from cdclake.tables import load_table_config
+    from cdclake.config.tables import load_table_config
+    from cdclake.lake.spark import table_ident
     from spark_jobs.system import KEY
     from spark_jobs.table import apply_options
 
@@ -224,7 +225,7 @@ def run_once(
     warm_bodies: list[bytes],
     base_path: Path,
 ) -> dict[str, Any]:
-    from cdclake.spark import session
+    from cdclake.lake.spark import session
     from spark_jobs.apply import apply_table
 
     cluster = SparkStandalone(workers=n, worker_memory=args.worker_memory)

@@ -4,8 +4,8 @@ docker-compose.yaml runs, piece by piece.
 * PostgreSQL from Debian (``initdb``/``pg_ctl`` of ``postgresql-15``, a throwaway cluster):
   Airflow's metadata database and the Iceberg JDBC catalog;
 * SeaweedFS (``tests.s3server``) as the S3 store of staging and the warehouse;
-* a Spark standalone master and workers from the pip-installed Spark (``cdclake.spark_node``);
-* then :class:`cdclake.local.LocalStack` on those: receivers, REST catalog, Airflow
+* a Spark standalone master and workers from the pip-installed Spark (``cdclake.orchestration.spark_node``);
+* then :class:`cdclake.dev.stack.LocalStack` on those: receivers, REST catalog, Airflow
   (LocalExecutor on PostgreSQL) and the Spark Connect server as the cluster's one application.
 
 Every listener binds 127.0.0.1 on a free port; :meth:`Cluster.stop` ends all of it.
@@ -28,9 +28,9 @@ from typing import Any
 
 import httpx
 
-from cdclake.local import LocalStack, free_port
-from cdclake.settings import Settings, load
-from cdclake.spark_node import master_command, node_env, worker_command
+from cdclake.config.settings import Settings, load
+from cdclake.dev.stack import LocalStack, free_port
+from cdclake.orchestration.spark_node import master_command, node_env, worker_command
 from tests.s3server import SeaweedS3
 
 # Debian's server binaries (not on PATH); the newest major version installed.

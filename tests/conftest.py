@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
 from tests.support import fresh_settings, make_settings
 from tests.support.airflow import FakeAirflow
 
@@ -77,7 +77,7 @@ def spark_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark(spark_home: Path) -> Iterator[Any]:
     """One real local SparkSession (JVM start is the slow part) for every Spark test."""
-    from cdclake.spark import session
+    from cdclake.lake.spark import session
 
     s = session(make_settings(spark_home), "cdclake-tests")
     s.sparkContext.setLogLevel("ERROR")
@@ -97,7 +97,7 @@ def settings(spark_home: Path) -> Settings:
 def airflow(monkeypatch: pytest.MonkeyPatch) -> FakeAirflow:
     """Airflow's REST API faked in-process for the receiver (tests/support/airflow.py)."""
     fake = FakeAirflow()
-    monkeypatch.setattr("cdclake.airflow_api.AirflowClient", fake.client)
+    monkeypatch.setattr("cdclake.orchestration.airflow_api.AirflowClient", fake.client)
     return fake
 
 

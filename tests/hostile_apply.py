@@ -14,11 +14,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.catalog import load_table
-from cdclake.events import UNAVAILABLE
-from cdclake.reference import diff, expected_tables, rows_by_key, unavailable_quarantine
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
+from cdclake.config.settings import Settings
+from cdclake.contracts.events import UNAVAILABLE
+from cdclake.dev.reference import diff, expected_tables, rows_by_key, unavailable_quarantine
+from cdclake.lake.catalog import load_table
+from cdclake.lake.spark import table_ident
 from tests.hostile_model import Limits, count_columns, iceberg_reserved, leaf_paths, maybe_same_name, same_name
 
 OUTCOMES = ("applied", "duplicate", "superseded", "late", "quarantined")

@@ -1,5 +1,5 @@
 """An independent model of the door rule (issue 13's shared contract), for the hostile-producer
-tests: plain Python from the contract's text, sharing no code with ``cdclake.names``.
+tests: plain Python from the contract's text, sharing no code with ``cdclake.contracts.names``.
 
 The rule, per key at every depth of an event's ``after`` and ``before`` (objects inside arrays
 too): 1..max_name_chars characters; no backtick, dot or control character (U+0000-U+001F,

@@ -42,7 +42,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from cdclake.s3staging import S3Staging
+from cdclake.staging.s3 import S3Staging
 
 ACCESS_KEY = "cdclake-test"
 SECRET_KEY = "cdclake-test-secret"
@@ -139,7 +139,7 @@ class SeaweedS3:
         )
 
     def settings_overrides(self, prefix: str = "") -> dict[str, Any]:
-        """Keyword arguments for :func:`cdclake.settings.load` that stage in this server."""
+        """Keyword arguments for :func:`cdclake.config.settings.load` that stage in this server."""
         return dict(
             staging_url=f"s3://{self.bucket}/{prefix}".rstrip("/"),
             s3_endpoint=self.endpoint,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from cdclake.airflow_api import AirflowClient, AirflowError
+from cdclake.orchestration.airflow_api import AirflowClient, AirflowError
 
 
 def _client(answers: list[int], seen: list[str]) -> AirflowClient:
@@ -23,14 +23,14 @@ def _client(answers: list[int], seen: list[str]) -> AirflowClient:
 
 
 def test_an_idempotent_request_is_retried_through_database_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cdclake.airflow_api.time.sleep", lambda s: None)
+    monkeypatch.setattr("cdclake.orchestration.airflow_api.time.sleep", lambda s: None)
     seen: list[str] = []
     _client([500, 500, 200], seen).unpause("cdc_apply")
     assert seen == ["PATCH"] * 3
 
 
 def test_retries_end_and_a_post_is_never_resent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cdclake.airflow_api.time.sleep", lambda s: None)
+    monkeypatch.setattr("cdclake.orchestration.airflow_api.time.sleep", lambda s: None)
     seen: list[str] = []
     with pytest.raises(AirflowError, match="HTTP 500"):
         _client([500] * 5, seen).unpause("cdc_apply")

@@ -1,4 +1,4 @@
-"""The Spark apply job on real Spark + Iceberg, checked against cdclake/reference.py."""
+"""The Spark apply job on real Spark + Iceberg, checked against cdclake/dev/reference.py."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from cdclake import staging
-from cdclake.catalog import load_table, pending_tables, table_watermark
-from cdclake.reference import diff, expected_tables, rows_by_key
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
-from cdclake.workload import generate
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables, rows_by_key
+from cdclake.dev.workload import generate
+from cdclake.lake.catalog import load_table, pending_tables, table_watermark
+from cdclake.lake.spark import table_ident
 from spark_jobs.decide import classify, rank_per_key
 from spark_jobs.read import drop_exact_duplicates, flatten, normalise
 from tests.support import apply_all, stage, staged_event_count, table_rows

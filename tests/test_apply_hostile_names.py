@@ -15,11 +15,12 @@ import msgspec
 import pytest
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-from cdclake import events, staging
-from cdclake.catalog import load_table
-from cdclake.events import UNAVAILABLE
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.contracts import events
+from cdclake.contracts.events import UNAVAILABLE
+from cdclake.lake.catalog import load_table
+from cdclake.lake.spark import table_ident
 from spark_jobs.sqltext import quote, quote_path, sql_type
 from tests.support import apply_all, fresh_settings, table_rows
 

@@ -1,4 +1,4 @@
-"""The apply job holds its table's lock (cdclake.locks) while it reads, writes and commits, and
+"""The apply job holds its table's lock (cdclake.lake.locks) while it reads, writes and commits, and
 maintenance queued behind a stream of applies still gets its turn (issue 13, finding 12).
 
 Without the lock, maintenance and an apply commit blindly against each other and only Iceberg's
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from cdclake import locks
-from cdclake.catalog import table_watermark
-from cdclake.spark import table_ident
-from cdclake.workload import generate
+from cdclake.dev.workload import generate
+from cdclake.lake import locks
+from cdclake.lake.catalog import table_watermark
+from cdclake.lake.spark import table_ident
 from tests.support import fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark

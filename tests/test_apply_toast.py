@@ -13,11 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from cdclake import events, staging
-from cdclake.events import UNAVAILABLE
-from cdclake.reference import diff, expected_runs
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.contracts import events
+from cdclake.contracts.events import UNAVAILABLE
+from cdclake.dev.reference import diff, expected_runs
+from cdclake.lake.spark import table_ident
 from tests.support import apply_all, table_rows
 
 pytestmark = pytest.mark.spark

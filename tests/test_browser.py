@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.bootstrap import ADMIN_USER
-from cdclake.local import LocalStack
-from cdclake.settings import PROJECT_ROOT
+from cdclake.config.settings import PROJECT_ROOT
+from cdclake.dev.stack import LocalStack
+from cdclake.lake.bootstrap import ADMIN_USER
 from tests.support import running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
@@ -49,7 +49,7 @@ def small_files_table(stack: LocalStack, files: int = 3) -> None:
     """An Iceberg table of ``files`` tiny data files (pyiceberg appends, no JVM)."""
     import pyarrow as pa
 
-    from cdclake.catalog import open_catalog
+    from cdclake.lake.catalog import open_catalog
 
     settings = stack.settings
     catalog = open_catalog(settings)
@@ -61,7 +61,7 @@ def small_files_table(stack: LocalStack, files: int = 3) -> None:
 
 
 def data_files(stack: LocalStack) -> int:
-    from cdclake.health import table_health
+    from cdclake.lake.health import table_health
 
     health = table_health(stack.settings, TABLE)
     assert health is not None

@@ -22,8 +22,8 @@ from websockets.exceptions import ConnectionClosedError
 
 from cdclake import staging
 from cdclake.client import Ack, Producer, ProducerError, ws_url
-from cdclake.local import free_port
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.dev.stack import free_port
 from receiver.__main__ import Server as ReceiverServer
 from receiver.app import create_app
 from tests.support import make_settings

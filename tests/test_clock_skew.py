@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
-from cdclake import events, staging, stores
-from cdclake.cleanup import clean_staging
-from cdclake.spark import table_ident
+from cdclake import staging
+from cdclake.contracts import events
+from cdclake.lake.cleanup import clean_staging
+from cdclake.lake.spark import table_ident
+from cdclake.staging import stores
 from receiver.landing import Lander, Prepared
 from tests.s3server import SeaweedS3
 from tests.support import fresh_settings, table_rows
@@ -121,7 +123,7 @@ class FakeStore:
 
 
 def test_store_clock_bounds_hold_the_stores_time_and_refresh() -> None:
-    from cdclake.storeclock import DRIFT, StoreClock, StoreClockError
+    from cdclake.staging.clock import DRIFT, StoreClock, StoreClockError
 
     store = FakeStore(1_800_000_000.7)
     elapsed = [100.0]

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cdclake import stores
 from cdclake.client import Producer
-from cdclake.reference import diff, expected_tables, rows_by_key
-from cdclake.workload import generate
+from cdclake.dev.reference import diff, expected_tables, rows_by_key
+from cdclake.dev.workload import generate
+from cdclake.staging import stores
 from tests.cluster import Cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.cluster]
@@ -179,7 +179,7 @@ def test_worker_killed_during_apply_then_tables_match_the_reference(
     _wait_idle(cluster)
     for _ in range(2):
         assert client.wait_run("cdc_apply", client.trigger("cdc_apply"), timeout=900, progress=print) == "success"
-    from cdclake.catalog import pending_tables
+    from cdclake.lake.catalog import pending_tables
 
     assert pending_tables(stack.settings) == {}
 

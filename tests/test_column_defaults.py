@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake import debezium, events
-from cdclake.catalog import load_table
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts import debezium, events
+from cdclake.lake.catalog import load_table
 from receiver.app import create_app
 from spark_jobs.backfill import PREFIX
 from spark_jobs.system import MARK_CRASH, SimulatedCrash

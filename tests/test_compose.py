@@ -2,7 +2,7 @@
 
 Services, commands, environments and ports are read the way compose reads them (``${VAR:-d}``
 interpolated from an environment holding only the secrets, or from .env.example with its secrets
-filled) and checked against cdclake.settings, the command-line parsers of the project's entry
+filled) and checked against cdclake.config.settings, the command-line parsers of the project's entry
 points, each other, and .env.example. Secrets have no default: ``${VAR:?...}`` makes compose
 refuse to start without them.
 """
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from cdclake.settings import Settings, load
+from cdclake.config.settings import Settings, load
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yaml"
@@ -319,7 +319,7 @@ def test_catalog_and_airflow_databases_are_on_postgres() -> None:
 
 
 def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdclake import spark_node
+    from cdclake.orchestration import spark_node
 
     svcs = services()
     master = argv(svcs["spark-master"])
@@ -346,8 +346,8 @@ def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.Mo
 
 
 def test_spark_connect_url_points_at_the_connect_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdclake import connect_server
-    from cdclake.spark import job_conf
+    from cdclake.lake.spark import job_conf
+    from cdclake.orchestration import connect_server
 
     svcs = services()
     url = urlsplit(load(env_of(svcs["airflow-scheduler"])).spark_connect_url)
@@ -540,8 +540,8 @@ def test_the_receiver_is_never_open(tmp_path: Path) -> None:
     for env_file in (TEST_SECRETS, env_file_values()):
         assert load(env_of(services(env_file)["receiver"])).tokens_file is not None, "CDCLAKE_TOKENS_FILE unset"
 
-    from cdclake import bootstrap
-    from cdclake.exposure import receiver_refusal
+    from cdclake.lake import bootstrap
+    from cdclake.service.exposure import receiver_refusal
     from receiver.auth import Tokens
 
     assert receiver_refusal(load(env_of(svcs["receiver"]))) is None
@@ -558,7 +558,7 @@ def test_the_receiver_is_never_open(tmp_path: Path) -> None:
 
 
 def test_spark_connect_takes_a_token_that_its_clients_have(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdclake import connect_server
+    from cdclake.orchestration import connect_server
 
     svcs = services()
     svc = svcs["spark-connect"]

@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from cdclake import events, staging
-from cdclake.protocol import NACK_REASONS
-from cdclake.settings import SettingsError, jdbc_url, load
-from cdclake.spark import catalog_conf
-from cdclake.watermark import SUMMARY_KEY, Watermark, from_summaries
+from cdclake import staging
+from cdclake.config.settings import SettingsError, jdbc_url, load
+from cdclake.contracts import events
+from cdclake.contracts.protocol import NACK_REASONS
+from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries
+from cdclake.lake.spark import catalog_conf
 
 
 def batch(**over: object) -> dict[str, object]:
@@ -158,8 +159,8 @@ def test_contracts_package_imports_nothing_heavy() -> None:
     import sys
 
     code = (
-        "import sys, cdclake.settings, cdclake.events, cdclake.staging, cdclake.watermark, "
-        "cdclake.spark, cdclake.catalog, cdclake.workload\n"
+        "import sys, cdclake.config.settings, cdclake.contracts.events, cdclake.staging, cdclake.contracts.watermark, "
+        "cdclake.lake.spark, cdclake.lake.catalog, cdclake.dev.workload\n"
         "heavy = [m for m in ('pyspark', 'pyiceberg', 'airflow', 'receiver', 'spark_jobs', 'starlette', 'boto3') "
         "if m in sys.modules]\nprint(heavy)"
     )
@@ -169,7 +170,7 @@ def test_contracts_package_imports_nothing_heavy() -> None:
 
 @pytest.mark.parametrize("reason", NACK_REASONS)
 def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: str) -> None:
-    """One protocol (cdclake.protocol): the receiver's ``shouldRetry`` for a refusal and the
+    """One protocol (cdclake.contracts.protocol): the receiver's ``shouldRetry`` for a refusal and the
     SDK's reading of a WebSocket nack agree for every reason, with or without ``shouldRetry``."""
     from cdclake.client import ProducerError, _failure
     from receiver.rejected import Rejected

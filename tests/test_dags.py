@@ -104,7 +104,7 @@ def check_groups(jobs: list[dict[str, Any]], tables: dict[str, int], ordered: bo
 
 def test_cdc_apply_plan_maps_at_most_n_tasks_for_2000_tables(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
     pending = {f"t{i:04d}": 1 + (i * 7919) % 500 for i in range(2000)}
-    monkeypatch.setattr("cdclake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
+    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
     plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
     jobs = plan(params={"tables": [], "max_objects": 1000})
     check_groups(jobs, pending)
@@ -115,7 +115,7 @@ def test_iceberg_expire_and_compaction_plans_map_at_most_n_tasks(dagbag, monkeyp
     from datetime import UTC, datetime
 
     names = [f"t{i:04d}{suffix}" for i in range(700) for suffix in ("", "__changes", "__tombstones")]
-    monkeypatch.setattr("cdclake.health.all_tables", lambda settings: list(names))
+    monkeypatch.setattr("cdclake.lake.health.all_tables", lambda settings: list(names))
     plan = dagbag.dags["iceberg_expire"].get_task("plan").python_callable
     monkeypatch.setitem(plan.__globals__, "_interval_end", lambda: datetime(2026, 3, 1, tzinfo=UTC))
     jobs = plan(params={})
@@ -124,7 +124,7 @@ def test_iceberg_expire_and_compaction_plans_map_at_most_n_tasks(dagbag, monkeyp
     assert tombstones == {n for n in names if "__" not in n}
 
     found = {n: {"small_files": 1 + i % 40} for i, n in enumerate(names)}
-    monkeypatch.setattr("cdclake.health.compaction_candidates", lambda *a, **k: dict(found))
+    monkeypatch.setattr("cdclake.lake.health.compaction_candidates", lambda *a, **k: dict(found))
     candidates = dagbag.dags["iceberg_compaction"].get_task("candidates").python_callable
     check_groups(candidates(params={}), dict.fromkeys(found, 0), ordered=False)
 

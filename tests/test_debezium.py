@@ -1,4 +1,4 @@
-"""Debezium JSON change events -> our batch contract (cdclake.debezium)."""
+"""Debezium JSON change events -> our batch contract (cdclake.contracts.debezium)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdclake import debezium, events
-from cdclake.debezium import looks_like_debezium, to_batch
-from cdclake.events import UNAVAILABLE, InvalidBatch
+from cdclake.contracts import debezium, events
+from cdclake.contracts.debezium import looks_like_debezium, to_batch
+from cdclake.contracts.events import UNAVAILABLE, InvalidBatch
 from tests.support.debezium import ANNE, ENVELOPE_SCHEMA, Json, pg_payload, pg_source
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake import debezium
-from cdclake.events import UNAVAILABLE, encode
-from cdclake.reference import expected_tables
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts import debezium
+from cdclake.contracts.events import UNAVAILABLE, encode
+from cdclake.dev.reference import expected_tables
 from receiver.app import create_app
 from tests.support import apply_all, table_rows
 

@@ -1,7 +1,7 @@
 """``cdclake debezium``: the application.properties it writes (read back by Java's own
-``Properties``), the key TOML (read back by cdclake.tables), secrets kept off the command line
+``Properties``), the key TOML (read back by cdclake.config.tables), secrets kept off the command line
 and out of every output, and errors naming the flag. The properties' code path is the one
-tests/test_debezium_server.py runs a real Debezium Server on (cdclake.debezium_config)."""
+tests/test_debezium_server.py runs a real Debezium Server on (cdclake.cli.debezium_config)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.cli import main
-from cdclake.settings import PROJECT_ROOT
-from cdclake.tables import load_table_config
+from cdclake.cli.main import main
+from cdclake.config.settings import PROJECT_ROOT
+from cdclake.config.tables import load_table_config
 from tests.support import make_settings
 
 # .properties and SmallRye hazards (= : # ! \ ${} and a leading space), quotes, non-ASCII.

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.debezium_config import Database
-from cdclake.debezium_discover import DiscoveryError, discover, mysql_type, postgres_type
+from cdclake.cli.debezium_config import Database
+from cdclake.cli.debezium_discover import DiscoveryError, discover, mysql_type, postgres_type
 from tests import debezium_expect as expect
 from tests import debezium_workload as w
 from tests.debezium_server import DBZ_PASSWORD, LogicalPostgres, MariaDB, missing, running
@@ -120,8 +120,8 @@ def test_mysql_types(args: tuple[Any, ...], want: str | None) -> None:
 def test_cdclake_debezium_discover_no_schemas_writes_keys_types_and_the_modes(
     pg: LogicalPostgres, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cdclake.cli import main
-    from cdclake.tables import load_table_config
+    from cdclake.cli.main import main
+    from cdclake.config.tables import load_table_config
 
     monkeypatch.setenv("CDCLAKE_DB_PASSWORD", DBZ_PASSWORD)
     out, config = tmp_path / "config" / "application.properties", tmp_path / "tables.toml"

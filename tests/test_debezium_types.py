@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake import debezium, debezium_types
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.contracts import debezium, debezium_types
 from receiver.app import create_app
 from tests.support import apply_all
 

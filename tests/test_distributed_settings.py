@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from cdclake import bootstrap
-from cdclake.catalog import io_properties
-from cdclake.settings import SettingsError, load
-from cdclake.spark import catalog_conf, jar_conf, job_conf
-from cdclake.submit import submit_kwargs
+from cdclake.config.settings import SettingsError, load
+from cdclake.lake import bootstrap
+from cdclake.lake.catalog import io_properties
+from cdclake.lake.spark import catalog_conf, jar_conf, job_conf
+from cdclake.orchestration.submit import submit_kwargs
 from tests.s3server import SeaweedS3
 
 S3 = dict(

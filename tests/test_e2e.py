@@ -11,10 +11,10 @@ import httpx
 import psutil
 import pytest
 
-from cdclake.local import LocalStack
-from cdclake.reference import diff, expected_tables
-from cdclake.settings import Settings
-from cdclake.workload import generate
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.stack import LocalStack
+from cdclake.dev.workload import generate
 from tests.support import attach_catalog, running_stack, staged_event_count, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
@@ -125,7 +125,7 @@ def _exists(spark: Any, table: str) -> bool:
 
 def test_maintenance_dags_run_under_the_scheduler(stack: LocalStack, spark: Any) -> None:
     """iceberg_compaction and iceberg_expire, triggered over REST with params from their forms."""
-    from cdclake.health import table_health
+    from cdclake.lake.health import table_health
 
     settings = stack.settings
     client = stack.airflow

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cdclake.reference import diff, expected_tables
-from cdclake.workload import generate
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
 from tests.support import attach_catalog, running_stack, table_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]

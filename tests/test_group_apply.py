@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.reference import diff, expected_tables
-from cdclake.spark import table_ident
-from cdclake.workload import generate
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
+from cdclake.lake.spark import table_ident
 from spark_jobs import group
 from tests.support import fresh_settings, stage, table_rows
 

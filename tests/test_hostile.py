@@ -1,7 +1,7 @@
 """Hostile producers against the door (issue 13): random column and nested key names, depth,
 width and table fan-out (tests/hostile_gen.py) sent through the real receiver, then applied by
 the real Spark job. Every outcome is checked against an independent model of the door rule
-(tests/hostile_model.py, from the contract's text, not cdclake.names):
+(tests/hostile_model.py, from the contract's text, not cdclake.contracts.names):
 
 * a batch the rule refuses gets 400 invalid_format naming the event, the key and the rule, and
   lands nothing; a batch it allows is acked and lands every event with its names intact;
@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from cdclake import staging
-from cdclake.catalog import load_table, open_catalog, pending_tables
-from cdclake.settings import Settings, load
+from cdclake.config.settings import Settings, load
+from cdclake.lake.catalog import load_table, open_catalog, pending_tables
 from spark_jobs.apply import apply_table
 from tests.hostile_apply import check_table
 from tests.hostile_gen import Plan, plans

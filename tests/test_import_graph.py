@@ -9,6 +9,11 @@ Rules:
   and are not counted.
 - the two services stay apart: ``receiver`` never imports ``restcatalog`` and ``restcatalog``
   never imports ``receiver``, lazily or not. What both need lives in ``cdclake``.
+- inside ``cdclake``, dependencies point one way between its sub-packages (:data:`LAYERS`), lazily
+  or not: contracts <- config <- staging <- lake <- service <- orchestration <- dev <- cli, with
+  the producer SDK (``client``) on contracts alone.
+- what runs in production (the services, the jobs, the DAGs) never imports ``cdclake.dev`` (the
+  local stack, the demo, the reference model) or ``cdclake.cli``.
 - ``cdclake`` (the shared layer) imports none of ``receiver``, ``restcatalog``, ``spark_jobs``,
   ``dags`` at module level. Its lazy imports of them are entry points (the CLI starting a
   service) and are listed in :data:`LAZY_UPWARD`, so a new one is a decision, not an accident.
@@ -30,9 +35,24 @@ LAZY_UPWARD = {
     # `cdclake rest`: the CLI serves the REST catalog in-process; importing it inside `rest()`
     # keeps uvicorn/Starlette/pyiceberg out of every other CLI command and out of the Airflow
     # workers that import cdclake.
-    ("cdclake.cli", "restcatalog.__main__"),
+    ("cdclake.cli.main", "restcatalog.__main__"),
 }
 """Imports inside functions from cdclake up into a service or job: (importer, imported)."""
+
+_BELOW_DEV = {"contracts", "config", "staging", "lake", "service", "orchestration", "client"}
+LAYERS: dict[str, set[str]] = {
+    "contracts": set(),
+    "config": {"contracts"},
+    "client": {"contracts"},
+    "staging": {"contracts", "config"},
+    "lake": {"contracts", "config", "staging"},
+    "service": {"contracts", "config"},
+    "orchestration": {"contracts", "config", "staging", "lake", "service"},
+    "dev": _BELOW_DEV,
+    "cli": _BELOW_DEV | {"dev"},
+}
+"""cdclake's sub-packages -> the others each may import (its own modules always)."""
+PRODUCT_MAY_NOT_IMPORT = ("cdclake.dev", "cdclake.cli")
 
 
 @dataclass(frozen=True)
@@ -180,9 +200,11 @@ def top(module: str) -> str:
 
 def test_the_graph_is_read() -> None:
     # A parser that found nothing would pass every rule below.
-    assert {"cdclake.settings", "receiver.app", "restcatalog.app", "spark_jobs.apply", "dags.cdc_apply"} <= set(MODULES)
-    assert any(e.source == "receiver.app" and e.target == "cdclake.settings" and not e.lazy for e in ALL)
-    assert any(e.source == "dags.cdc_apply" and e.target == "cdclake.catalog" and e.lazy for e in ALL)
+    assert {"cdclake.config.settings", "receiver.app", "restcatalog.app", "spark_jobs.apply", "dags.cdc_apply"} <= set(
+        MODULES
+    )
+    assert any(e.source == "receiver.app" and e.target == "cdclake.config.settings" and not e.lazy for e in ALL)
+    assert any(e.source == "dags.cdc_apply" and e.target == "cdclake.lake.catalog" and e.lazy for e in ALL)
 
 
 def test_no_module_level_import_cycle() -> None:
@@ -214,3 +236,42 @@ def test_cdclake_does_not_import_upward() -> None:
     assert not eager, "cdclake imports a service, job or DAG at module level:\n" + "\n".join(eager)
     lazy = {(e.source, e.target) for e in upward if e.lazy}
     assert lazy == LAZY_UPWARD, f"cdclake's lazy imports upward changed: {sorted(lazy)} (listed: {sorted(LAZY_UPWARD)})"
+
+
+def layer(module: str) -> str | None:
+    """The cdclake sub-package ``module`` belongs to (``cdclake.client`` counts as one)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "cdclake" and len(parts) > 1 and parts[1] != "__main__" else None
+
+
+def test_every_cdclake_module_has_a_layer() -> None:
+    unplaced = [
+        m
+        for m in MODULES
+        if top(m) == "cdclake" and m not in ("cdclake", "cdclake.__main__") and layer(m) not in LAYERS
+    ]
+    assert not unplaced, f"modules outside cdclake's layers (add the sub-package to LAYERS): {unplaced}"
+
+
+def test_cdclake_layers_point_one_way() -> None:
+    wrong = [
+        str(e)
+        for e in ALL
+        if (src := layer(e.source)) is not None
+        and (dst := layer(e.target)) is not None
+        and src != dst
+        and dst not in LAYERS[src]
+    ]
+    assert not wrong, "imports against cdclake's layering (LAYERS):\n" + "\n".join(wrong)
+
+
+def test_production_code_does_not_import_the_dev_stack_or_the_cli() -> None:
+    wrong = [str(e) for e in ALL if top(e.source) in ABOVE_CDCLAKE and e.target.startswith(PRODUCT_MAY_NOT_IMPORT)]
+    assert not wrong, "services, jobs or DAGs import cdclake.dev or cdclake.cli:\n" + "\n".join(wrong)
+
+
+def test_the_layer_rules_can_fail() -> None:
+    # The rules above pass vacuously if layer() placed nothing: check it sees real edges.
+    assert layer("cdclake.contracts.events") == "contracts" and layer("cdclake.client") == "client"
+    assert any(layer(e.source) == "cli" and layer(e.target) == "dev" for e in ALL)
+    assert any(layer(e.source) == "lake" and layer(e.target) == "staging" for e in ALL)

@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from cdclake import locks, staging
-from cdclake.catalog import table_watermark
-from cdclake.cleanup import clean_staging
-from cdclake.health import compaction_candidates, table_health
-from cdclake.reference import diff, expected_tables
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
-from cdclake.workload import generate
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
+from cdclake.lake import locks
+from cdclake.lake.catalog import table_watermark
+from cdclake.lake.cleanup import clean_staging
+from cdclake.lake.health import compaction_candidates, table_health
+from cdclake.lake.spark import table_ident
 from spark_jobs.maintain import compact, expire
 from tests.support import apply_all, fresh_settings, stage, table_rows
 

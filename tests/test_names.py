@@ -1,4 +1,4 @@
-"""The door rule for column names and event shapes (cdclake/names.py), on every transport.
+"""The door rule for column names and event shapes (cdclake/contracts/names.py), on every transport.
 
 No Spark here: these run in milliseconds. What the apply does with names the door lets through
 is tests/test_apply_hostile_names.py.
@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake import events, staging
-from cdclake.settings import SettingsError, load
+from cdclake import staging
+from cdclake.config.settings import SettingsError, load
+from cdclake.contracts import events
 from receiver.app import create_app
 from tests.support import make_settings
 
@@ -253,7 +254,7 @@ def test_limits_are_settings(tmp_path: Path) -> None:
 def test_the_apply_adds_columns_by_the_same_rule_within_the_column_budget() -> None:
     from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-    from cdclake.names import Limits
+    from cdclake.contracts.names import Limits
     from spark_jobs.columns import dedupe_case, leaves, plan_columns, unify_case
     from spark_jobs.schema import missing_fields
 

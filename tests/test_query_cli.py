@@ -19,14 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-from cdclake import query
-from cdclake.catalog import load_table
-from cdclake.cli import main
-from cdclake.local import LocalStack, free_port
-from cdclake.query import AsOf, QueryError, Result, parse_as_of, render, split_statements, statements_of, with_as_of
-from cdclake.reference import diff, expected_tables, rows_by_key
-from cdclake.settings import Settings
-from cdclake.workload import generate
+from cdclake.cli import query
+from cdclake.cli.main import main
+from cdclake.cli.query import AsOf, QueryError, Result, parse_as_of, render, split_statements, statements_of, with_as_of
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables, rows_by_key
+from cdclake.dev.stack import LocalStack, free_port
+from cdclake.dev.workload import generate
+from cdclake.lake.catalog import load_table
 from tests.support import apply_all, fresh_settings, make_settings, stage
 from tests.support.rest import serve
 
@@ -459,12 +459,12 @@ class Borrowed:
 def test_prefers_spark_connect_and_falls_back_to_a_local_session(
     cli: Any, lake: Lake, spark: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import cdclake.spark
+    import cdclake.lake.spark
 
     before = (spark.catalog.currentCatalog(), spark.catalog.currentDatabase())
     remote, local = Borrowed(spark), Borrowed(spark)
-    monkeypatch.setattr(cdclake.spark, "connect_session", lambda url, token="": remote)
-    monkeypatch.setattr(cdclake.spark, "session", lambda settings, name: local)
+    monkeypatch.setattr(cdclake.lake.spark, "connect_session", lambda url, token="": remote)
+    monkeypatch.setattr(cdclake.lake.spark, "session", lambda settings, name: local)
     try:
 
         def run(answers: bool) -> tuple[int, str, str]:

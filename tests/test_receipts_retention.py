@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake import staging
-from cdclake.cleanup import clean_staging
+from cdclake.lake.cleanup import clean_staging
 from cdclake.staging import Receipt
 from receiver.app import create_app
 from tests.s3server import SeaweedS3

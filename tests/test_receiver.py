@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake import staging
-from cdclake.workload import generate
+from cdclake.dev.workload import generate
 from receiver.app import create_app
 from tests.support import make_settings
 

@@ -24,7 +24,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from cdclake.local import free_port
+from cdclake.dev.stack import free_port
 from tests.support.debezium import ANNE, ENVELOPE_SCHEMA, pg_payload
 
 pytestmark = pytest.mark.server  # real receiver and REST catalog processes on 127.0.0.1 ports

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from cdclake.client import Ack, Producer
-from cdclake.local import free_port
+from cdclake.dev.stack import free_port
 from tests.support import make_settings
 
 pytestmark = pytest.mark.server  # receiver processes killed and restarted

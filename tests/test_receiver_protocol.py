@@ -96,7 +96,7 @@ def test_dead_claim_is_taken_over_without_landing_twice(home: Path) -> None:
         c.post("/v1/batches", json=batch(1))
     store = staging.LocalStaging(root)
     b2 = batch(2, ev(10, "users"), ev(11, "orders"))
-    from cdclake.events import decode_batch
+    from cdclake.contracts.events import decode_batch
     from receiver.landing import Prepared
 
     p = Prepared.from_batch(decode_batch(json.dumps(b2).encode()))
@@ -122,7 +122,7 @@ def test_dead_claim_is_taken_over_without_landing_twice(home: Path) -> None:
 def test_young_claim_of_another_replica_gets_a_retryable_503(home: Path) -> None:
     store = staging.LocalStaging(home / "staging")
     b1 = batch(1)
-    from cdclake.events import decode_batch
+    from cdclake.contracts.events import decode_batch
     from receiver.landing import Prepared
 
     p = Prepared.from_batch(decode_batch(json.dumps(b1).encode()))
@@ -383,7 +383,7 @@ def test_shutting_down_refuses_new_batches_with_a_retryable_503(home: Path) -> N
 def test_logs_are_one_json_object_per_line() -> None:
     import logging
 
-    from cdclake.logs import JsonFormatter
+    from cdclake.service.logs import JsonFormatter
 
     rec = logging.LogRecord("cdclake.receiver", logging.INFO, __file__, 1, "batch landed", None, None)
     rec.source, rec.sequenceNumber = "app-1", 7

@@ -20,8 +20,8 @@ import pytest
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from cdclake.catalog import open_catalog
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
+from cdclake.lake.catalog import open_catalog
 from restcatalog import auth
 from restcatalog.app import create_app
 from tests.support.rest import SCHEMA, R, W, counter, err, make_table, rest_catalog, rest_settings, serve, set_props
@@ -113,7 +113,7 @@ def test_tokens_file_errors(tmp_path: Path) -> None:
 
 
 def test_settings_and_exposure(tmp_path: Path) -> None:
-    from cdclake.settings import SettingsError, load
+    from cdclake.config.settings import SettingsError, load
     from restcatalog.__main__ import check_exposure
 
     env = {"CDCLAKE_HOME": str(tmp_path), "CDCLAKE_REST_PORT": "9181", "CDCLAKE_REST_HOST": "0.0.0.0"}

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.catalog import open_catalog
-from cdclake.settings import Settings
-from cdclake.workload import generate
+from cdclake.config.settings import Settings
+from cdclake.dev.workload import generate
+from cdclake.lake.catalog import open_catalog
 from tests.support import apply_all, stage
 from tests.support.rest import TOKENS, counter, rest_catalog, serve
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from starlette.testclient import TestClient
 
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
 from restcatalog.app import create_app
 from tests.support.rest import SCHEMA, W, err, make_table, rest_catalog, rest_settings, serve, set_props
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cdclake import staging, stores
-from cdclake.s3staging import S3Staging, parse_url
-from cdclake.settings import SettingsError
+from cdclake import staging
+from cdclake.config.settings import SettingsError
+from cdclake.staging import stores
+from cdclake.staging.s3 import S3Staging, parse_url
 from tests.s3server import SeaweedS3
 from tests.support import make_settings
 

@@ -28,7 +28,7 @@ from schemathesis import GenerationMode
 from schemathesis.core.result import Err
 from starlette.testclient import TestClient
 
-from cdclake.settings import PROJECT_ROOT, Settings, load
+from cdclake.config.settings import PROJECT_ROOT, Settings, load
 from receiver import openapi as receiver_openapi
 from restcatalog import openapi as rest_openapi
 from tests.support import make_settings
@@ -151,7 +151,7 @@ def producer_tokens(home: Path) -> Path:
 @pytest.fixture(scope="module", params=["open", "tokens"])
 def receiver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The receiver as the embedded default runs it (no tokens) and with a tokens file."""
-    from cdclake.local import free_port
+    from cdclake.dev.stack import free_port
     from receiver.app import create_app
 
     home = tmp_path_factory.mktemp(f"schemathesis-receiver-{request.param}")

@@ -63,7 +63,7 @@ def mode(path: Path) -> int:
     ],
 )
 def test_exposure_rule_refuses_a_non_loopback_host_without_a_credential(host: str, refused: bool) -> None:
-    from cdclake.exposure import refusal
+    from cdclake.service.exposure import refusal
 
     problem = refusal("CDCLAKE_X_HOST", host, "CDCLAKE_X_TOKENS_FILE", configured=False, harm="do anything")
     assert (problem is not None) == refused, problem
@@ -130,7 +130,7 @@ def test_with_tokens_a_debezium_post_is_its_tokens_producer_and_cannot_move_anot
 
 
 def test_init_creates_a_producer_tokens_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cdclake.cli import main
+    from cdclake.cli.main import main
     from receiver.auth import Tokens
 
     tokens = tmp_path / "receiver" / "tokens.toml"
@@ -167,7 +167,7 @@ def umask(value: int) -> Iterator[None]:
 def test_secret_files_are_private_from_their_creation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under umask 000 a file written then chmod-ed is world-readable until the chmod: record each
     file's mode at every chmod, before it takes effect, and at the end."""
-    from cdclake.local import LocalStack
+    from cdclake.dev.stack import LocalStack
 
     before_chmod: dict[str, int] = {}
     real_chmod = os.chmod
@@ -182,7 +182,7 @@ def test_secret_files_are_private_from_their_creation(tmp_path: Path, monkeypatc
         stack = LocalStack(make_settings(tmp_path / "embedded"))
         env = stack.env()
         init_settings = make_settings(tmp_path / "init", tokens_file=tmp_path / "init" / "tokens.toml")
-        from cdclake import bootstrap
+        from cdclake.lake import bootstrap
 
         bootstrap.init(init_settings, say=lambda m: None)
     files = [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith((".db", ".db-journal"))]
@@ -199,8 +199,8 @@ def test_secret_files_are_private_from_their_creation(tmp_path: Path, monkeypatc
 def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Connect server's and each spark-submit's argv; the credentials reach Spark through a
     properties file only the owner can read."""
-    from cdclake.spark import connect_server_command
-    from cdclake.submit import submit_kwargs
+    from cdclake.lake.spark import connect_server_command
+    from cdclake.orchestration.submit import submit_kwargs
 
     s = secret_settings(tmp_path)
     cmd = connect_server_command(s, "127.0.0.1", 15002)
@@ -225,7 +225,7 @@ def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, mo
 @pytest.mark.server
 def test_in_process_spark_session_keeps_credentials_off_the_jvm_command_line(tmp_path: Path) -> None:
     """pyspark starts its JVM as ``spark-submit --conf k=v ...`` with the builder's options: run
-    ``cdclake.spark.session`` in a child whose Popen records that command instead."""
+    ``cdclake.lake.spark.session`` in a child whose Popen records that command instead."""
     script = f"""
 import json, sys
 import pyspark.java_gateway as g
@@ -233,7 +233,7 @@ class Stop(Exception): pass
 def fake_popen(cmd, **kw):
     print(json.dumps(cmd)); sys.stdout.flush(); raise Stop
 g.Popen = fake_popen
-from cdclake.spark import session
+from cdclake.lake.spark import session
 from tests.support.security import secret_settings
 from pathlib import Path
 try:
@@ -255,10 +255,10 @@ except Stop:
 def test_up_says_where_the_admin_password_is_not_what_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import cdclake.cli
-    import cdclake.local
+    import cdclake.cli.main
+    import cdclake.dev.stack
 
-    class FakeStack(cdclake.local.LocalStack):
+    class FakeStack(cdclake.dev.stack.LocalStack):
         def __enter__(self) -> Any:
             return self
 
@@ -268,13 +268,13 @@ def test_up_says_where_the_admin_password_is_not_what_it_is(
     def stop(stack: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cdclake.local, "LocalStack", FakeStack)
-    monkeypatch.setattr(cdclake.cli, "_wait_forever", stop)
+    monkeypatch.setattr(cdclake.dev.stack, "LocalStack", FakeStack)
+    monkeypatch.setattr(cdclake.cli.main, "_wait_forever", stop)
     settings = make_settings(tmp_path)
     stack = FakeStack(settings, log=sys.stdout)
     password = stack.password
     with contextlib.suppress(KeyboardInterrupt):
-        cdclake.cli.up(settings)
+        cdclake.cli.main.up(settings)
     out = capsys.readouterr().out
     assert password not in out, out
     assert str(tmp_path / "airflow" / "passwords.json") in out, out
@@ -294,8 +294,8 @@ def test_connect_server_requires_its_token_and_keeps_credentials_off_its_cmdline
     # A Connect client marks the process (SPARK_CONNECT_MODE_ENABLED); undo it for later tests.
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
     monkeypatch.delenv("SPARK_CONNECT_MODE_ENABLED")
-    from cdclake.local import free_port
-    from cdclake.spark import connect_server_command, connect_server_env, connect_session
+    from cdclake.dev.stack import free_port
+    from cdclake.lake.spark import connect_server_command, connect_server_env, connect_session
 
     port = free_port()
     s = secret_settings(tmp_path, spark_connect_url=f"sc://127.0.0.1:{port}")
@@ -347,7 +347,7 @@ def test_receiver_drives_airflow_with_a_non_admin_role_that_can_notify_and_trigg
     """The real stack (no Spark: spark-submit mode, DAGs paused): the receiver's own Airflow login
     (read from its process environment) is not an admin, and the receiver still posts the Asset
     event after a landing and triggers cdc_apply on /flush."""
-    from cdclake.local import LocalStack, free_port
+    from cdclake.dev.stack import LocalStack, free_port
 
     settings = make_settings(
         tmp_path,

@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from cdclake import staging
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
 from receiver.app import create_app
 from tests.support import make_settings
 from tests.support.airflow import FakeAirflow

@@ -1,6 +1,6 @@
 """CDC semantics of the apply job on real Spark + Iceberg: quarantine, schema evolution, change
 history, key changes, tombstones, crashes at every commit point, and random workloads in random
-run splits, all checked against cdclake/reference.py."""
+run splits, all checked against cdclake/dev/reference.py."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, StructType
 
-from cdclake.catalog import load_table
-from cdclake.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX
-from cdclake.reference import diff, expected_runs, expected_tables, rows_by_key
-from cdclake.settings import Settings
-from cdclake.spark import table_ident
-from cdclake.workload import generate
+from cdclake.config.settings import Settings
+from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX
+from cdclake.dev.reference import diff, expected_runs, expected_tables, rows_by_key
+from cdclake.dev.workload import generate
+from cdclake.lake.catalog import load_table
+from cdclake.lake.spark import table_ident
 from spark_jobs.apply import apply_table
 from spark_jobs.system import CRASH_POINTS, SimulatedCrash
 from tests.support import apply_all, fresh_settings, stage, staged_event_count, table_rows

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cdclake.settings import SettingsError, load
-from cdclake.tables import TableOptions, load_table_config, normalise_transform, transform_column
+from cdclake.config.settings import SettingsError, load
+from cdclake.config.tables import TableOptions, load_table_config, normalise_transform, transform_column
 
 
 def config(tmp_path: Path, text: str) -> Path:

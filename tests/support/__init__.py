@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cdclake import events, staging
-from cdclake.reference import rows_by_key
-from cdclake.settings import Settings, load
-from cdclake.spark import catalog_conf
+from cdclake import staging
+from cdclake.config.settings import Settings, load
+from cdclake.contracts import events
+from cdclake.dev.reference import rows_by_key
+from cdclake.lake.spark import catalog_conf
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:
@@ -38,7 +39,7 @@ def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | No
 @contextlib.contextmanager
 def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
     """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
-    from cdclake.local import LocalStack, free_port
+    from cdclake.dev.stack import LocalStack, free_port
 
     settings = make_settings(
         home,

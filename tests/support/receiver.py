@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cdclake.settings import Settings, load
+from cdclake.config.settings import Settings, load
 
 
 def env_settings(home: Path, **env: Any) -> Settings:

@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from cdclake.settings import Settings
+from cdclake.config.settings import Settings
 from restcatalog.app import create_app
 from tests.support import make_settings
 

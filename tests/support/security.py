@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cdclake.settings import Settings, load
+from cdclake.config.settings import Settings, load
 
 PG_PASSWORD = "pg-Secret-4711"
 S3_SECRET = "s3-Secret-0815"

@@ -1,0 +1,3 @@
+"""The ``cdclake`` command: its entry point (:mod:`cdclake.cli.main.main`), the SQL shell and reports,
+and the Debezium Server configuration tools.
+"""

@@ -1,0 +1,384 @@
+"""Debezium's Connect schema -> declared column types (:mod:`cdclake.contracts.coltypes`) and values in
+the form Spark's JSON reader parses into them.
+
+With ``value.converter.schemas.enable=true`` (Debezium Server's default) every event carries the
+Connect schema of its row images. Each top-level column's schema gives its type:
+
+============================================  ===============================  ================
+Connect type / logical name                    value as sent                    column type
+============================================  ===============================  ================
+int8, int16, int32 (``io.debezium.time.Year``)  number                           int
+int64                                          number                           bigint
+float (float32) / double (float64)             number                           float / double
+boolean / string                               as is                            boolean / string
+bytes, ``io.debezium.data.Bits``               base64                           binary
+``org.apache.kafka.connect.data.Decimal``      base64 unscaled two's complement decimal(P,S); P>38: string
+``io.debezium.data.VariableScaleDecimal``      ``{scale, value}``               decimal(38,18)
+``io.debezium.time.Date``, Connect ``Date``    days since 1970-01-01            date
+``io.debezium.time.Timestamp``, Connect        ms / µs / ns since the epoch     timestamp_ntz
+``Timestamp``, ``MicroTimestamp``,
+``NanoTimestamp``
+``io.debezium.time.ZonedTimestamp``            ISO-8601 text with offset        timestamp (UTC)
+``io.debezium.time.Time``, Connect ``Time``,   ms / µs / ns since midnight      bigint: **µs since
+``MicroTime``, ``NanoTime``                                                       midnight**
+``io.debezium.time.ZonedTime``, ``Json``,      text                             string
+``Uuid``, ``Xml``, ``Enum``, ``EnumSet``
+array of any of these                          array                            array<T>
+============================================  ===============================  ================
+
+Structs and maps declare nothing (their type is inferred from the values, as without a schema).
+Postgres' unconstrained ``numeric`` is ``VariableScaleDecimal``: decimal(38,18) holds 20
+integer and 18 fractional digits. A value that a column type cannot hold exactly (more digits,
+nanoseconds, a date past year 9999) is never rounded: it is sent as text saying so, which the
+column refuses, so the apply quarantines the event with that text as its reason. Debezium's
+``__debezium_unavailable_value`` placeholder passes through untouched.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, localcontext
+from typing import Any
+
+from cdclake.contracts.events import UNAVAILABLE
+
+Convert = Callable[[Any], Any]
+_EPOCH_DAY = date(1970, 1, 1)
+_EPOCH = datetime(1970, 1, 1)
+VARIABLE_SCALE = (38, 18)
+_TEXT = frozenset(
+    (
+        "io.debezium.time.ZonedTime",
+        "io.debezium.data.Json",
+        "io.debezium.data.Uuid",
+        "io.debezium.data.Xml",
+        "io.debezium.data.Enum",
+        "io.debezium.data.EnumSet",
+    )
+)
+_PRIMITIVE = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "bigint",
+    # Connect's JSON schema says "float" and "double"; its Java enum says FLOAT32/FLOAT64.
+    "float": "float",
+    "double": "double",
+    "float32": "float",
+    "float64": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
+}
+
+
+def unfit(value: Any, kind: str) -> str:
+    """Text standing for a value ``kind`` cannot hold exactly: the column refuses it, and the
+    quarantine reason shows it."""
+    return f"{value} (does not fit {kind} exactly)"
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _unscaled(raw: Any) -> int | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return int.from_bytes(base64.b64decode(raw, validate=True), "big", signed=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _exact(unscaled: int, scale: int) -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = 1000  # the default 28 digits would round a decimal(38,s) value
+        return Decimal(unscaled).scaleb(-scale)
+
+
+def _decimal_text(unscaled: int, scale: int) -> str:
+    return format(_exact(unscaled, scale), "f")
+
+
+def _decimal(precision: int, scale: int) -> tuple[str, Convert]:
+    kind = f"decimal({precision},{scale})" if 1 <= precision <= 38 and 0 <= scale <= precision else "string"
+
+    def convert(v: Any) -> Any:
+        n = _unscaled(v)
+        return v if n is None else _decimal_text(n, scale)
+
+    return kind, convert
+
+
+def _variable_decimal(v: Any) -> Any:
+    if not isinstance(v, dict):
+        return v
+    n, scale = _unscaled(v.get("value")), v.get("scale")
+    if n is None or not isinstance(scale, int):
+        return v
+    exact = _exact(n, scale)
+    p, s = VARIABLE_SCALE
+    return format(exact, "f") if _fits(exact, p, s) else unfit(format(exact, "f"), f"decimal({p},{s})")
+
+
+def _fits(exact: Decimal, precision: int, scale: int) -> bool:
+    """At most ``precision - scale`` integer and ``scale`` fractional digits (trailing zeros
+    do not count): held without rounding."""
+    if not exact:
+        return True
+    with localcontext() as ctx:
+        ctx.prec = 1000
+        norm = exact.normalize()
+    exponent = norm.as_tuple().exponent
+    assert isinstance(exponent, int)  # finite: built from an integer
+    return max(0, -exponent) <= scale and norm.adjusted() < precision - scale
+
+
+def _days(v: Any) -> Any:
+    if not isinstance(v, int):
+        return v
+    try:
+        return (_EPOCH_DAY + timedelta(days=v)).isoformat()
+    except OverflowError:
+        return unfit(v, "date (days since 1970-01-01)")
+
+
+def _instant(per_second: int) -> Convert:
+    per_micro = per_second // 1_000_000  # 1000 for nanoseconds, 0 otherwise
+
+    def convert(v: Any) -> Any:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return v
+        if per_micro and v % per_micro:
+            return unfit(v, "timestamp_ntz (microseconds)")
+        micros = v // per_micro if per_micro else v * (1_000_000 // per_second)
+        try:
+            return (_EPOCH + timedelta(microseconds=micros)).isoformat(timespec="microseconds")
+        except OverflowError:
+            return unfit(v, "timestamp_ntz")
+
+    return convert
+
+
+def _zoned(v: Any) -> Any:
+    if not isinstance(v, str) or v == UNAVAILABLE:
+        return v
+    try:  # normalised to UTC: Spark's parser and the column agree on the instant either way
+        return datetime.fromisoformat(v).astimezone(UTC).isoformat(timespec="microseconds")
+    except ValueError:
+        return v
+
+
+def _time_micros(factor: int, divisor: int = 1) -> Convert:
+    def convert(v: Any) -> Any:
+        if not isinstance(v, int) or isinstance(v, bool):
+            return v
+        if v % divisor:
+            return unfit(v, "bigint microseconds since midnight")
+        return v * factor // divisor
+
+    return convert
+
+
+_LOGICAL: dict[str, tuple[str, Convert]] = {
+    "io.debezium.data.VariableScaleDecimal": ("decimal({},{})".format(*VARIABLE_SCALE), _variable_decimal),
+    "io.debezium.time.Date": ("date", _days),
+    "org.apache.kafka.connect.data.Date": ("date", _days),
+    "io.debezium.time.Timestamp": ("timestamp_ntz", _instant(1_000)),
+    "org.apache.kafka.connect.data.Timestamp": ("timestamp_ntz", _instant(1_000)),
+    "io.debezium.time.MicroTimestamp": ("timestamp_ntz", _instant(1_000_000)),
+    "io.debezium.time.NanoTimestamp": ("timestamp_ntz", _instant(1_000_000_000)),
+    "io.debezium.time.ZonedTimestamp": ("timestamp", _zoned),
+    "io.debezium.time.Time": ("bigint", _time_micros(1_000)),
+    "org.apache.kafka.connect.data.Time": ("bigint", _time_micros(1_000)),
+    "io.debezium.time.MicroTime": ("bigint", _same),
+    "io.debezium.time.NanoTime": ("bigint", _time_micros(1, 1_000)),
+    "io.debezium.data.Bits": ("binary", _same),
+    "io.debezium.time.Year": ("int", _same),
+}
+
+
+def field_type(schema: Any) -> tuple[str, Convert] | None:
+    """(column type, value converter) of one Connect field schema; None: declare nothing."""
+    if not isinstance(schema, dict):
+        return None
+    logical, kind = schema.get("name"), schema.get("type")
+    if logical == "org.apache.kafka.connect.data.Decimal":
+        params = schema.get("parameters") or {}
+        try:
+            scale = int(params.get("scale", 0))
+            precision = int(params.get("connect.decimal.precision", 38))
+        except (TypeError, ValueError):
+            return None
+        return _decimal(precision, scale)
+    if logical in _LOGICAL:
+        return _LOGICAL[logical]
+    if logical in _TEXT:
+        return "string", _same
+    if kind == "array":
+        inner = field_type(schema.get("items"))
+        if inner is None:
+            return None
+        element_kind, element = inner
+
+        def convert(v: Any) -> Any:
+            return [None if x is None else element(x) for x in v] if isinstance(v, list) else v
+
+        return f"array<{element_kind}>", convert
+    if isinstance(kind, str) and kind in _PRIMITIVE:
+        return _PRIMITIVE[kind], _same
+    return None
+
+
+def image_schema(envelope_schema: Any, image: str) -> list[dict[str, Any]] | None:
+    """The field schemas of the envelope's ``before`` or ``after`` struct."""
+    if not isinstance(envelope_schema, dict):
+        return None
+    for f in envelope_schema.get("fields") or []:
+        if isinstance(f, dict) and f.get("field") == image and isinstance(f.get("fields"), list):
+            return [x for x in f["fields"] if isinstance(x, dict) and isinstance(x.get("field"), str)]
+    return None
+
+
+def typed(fields: list[dict[str, Any]], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """``image`` with its values converted, the declared types of its columns, and their
+    defaults (a field schema's non-null ``default``, converted like a value: a Decimal default
+    comes base64 too). A default that converts to no JSON scalar (an array's) is left out: the
+    apply could not cast it, and the door refuses it."""
+    out = dict(image)
+    types: dict[str, str] = {}
+    defaults: dict[str, Any] = {}
+    for f in fields:
+        name = f["field"]
+        found = field_type(f)
+        if found is None:
+            continue
+        types[name], convert = found
+        v = out.get(name)
+        if v is not None and v != UNAVAILABLE:
+            out[name] = convert(v)
+        if f.get("default") is not None:
+            d = convert(f["default"])
+            if isinstance(d, str | int | float):
+                defaults[name] = d
+    return out, types, defaults
+
+
+# ----------------------------------------------------------------------------- without a schema
+# With ``value.converter.schemas.enable=false`` an event says nothing of its types, so a table's
+# ``types`` in CDCLAKE_TABLE_CONFIG declare them, and the recommended source modes make every
+# value self-describing text: ``decimal.handling.mode=string`` (``"12.50"``) and
+# ``time.precision.mode=isostring`` (dates ``2024-02-29Z``, timestamps ``...T13:14:15.123456Z``
+# in UTC, times ``13:14:15.123456Z``). A value in another mode is ambiguous without the schema
+# (base64 of what scale? milliseconds or microseconds?), so it is never guessed at: it goes on as
+# text naming the mode to set, which its column refuses, and the apply quarantines the event.
+
+_MODES = {
+    "decimal": "send decimals as text: decimal.handling.mode=string",
+    "time": "send times as ISO text: time.precision.mode=isostring",
+}
+
+
+def _text_decimal(precision: int, scale: int) -> Convert:
+    kind = f"decimal({precision},{scale})"
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str):
+            return v  # a JSON number (decimal.handling.mode=double) is cast by the column
+        try:
+            exact = Decimal(v)
+        except ArithmeticError:
+            return unfit(v, f"{kind}; {_MODES['decimal']}")
+        if not exact.is_finite():
+            return unfit(v, kind)
+        return format(exact, "f") if _fits(exact, precision, scale) else unfit(v, kind)
+
+    return convert
+
+
+def _iso_date(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _days(v)  # days since 1970: the one integer form any mode gives a date
+    if not isinstance(v, str):
+        return v
+    try:
+        return date.fromisoformat(v.removesuffix("Z")).isoformat()
+    except ValueError:
+        return unfit(v, f"date; {_MODES['time']}")
+
+
+def _exact_iso(v: str) -> datetime | None:
+    """``v`` parsed, or None when it is no ISO instant or has digits past microseconds (which
+    Python would drop)."""
+    frac = v.partition(".")[2]
+    digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]
+    if len(digits.rstrip("0")) > 6:
+        return None
+    try:
+        return datetime.fromisoformat(v)
+    except ValueError:
+        return None
+
+
+def _iso_instant(zoned: bool) -> Convert:
+    kind = "timestamp" if zoned else "timestamp_ntz"
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            return v
+        parsed = _exact_iso(v) if isinstance(v, str) else None
+        if parsed is None:
+            return unfit(v, f"{kind} (microseconds); {_MODES['time']}")
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone(UTC)
+        if not zoned:
+            parsed = parsed.replace(tzinfo=None)  # isostring writes a zone-less value as UTC
+        return parsed.isoformat(timespec="microseconds")
+
+    return convert
+
+
+def _iso_time_micros(v: Any) -> Any:
+    """A time of day as text -> microseconds since midnight, as with a schema; numbers as is."""
+    if not isinstance(v, str):
+        return v
+    t = _exact_iso(f"1970-01-01T{v}")
+    if t is None:
+        return v
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+def declared_converter(kind: str) -> Convert:
+    """The converter for a value of a column configured as ``kind`` (a canonical
+    :mod:`cdclake.contracts.coltypes` type) when the event came without a schema."""
+    if kind.startswith("array<"):
+        element = declared_converter(kind[6:-1])
+        return lambda v: [None if x is None else element(x) for x in v] if isinstance(v, list) else v
+    if kind.startswith("decimal("):
+        p, s = (int(x) for x in kind[8:-1].split(","))
+        return _text_decimal(p, s)
+    return {
+        "date": _iso_date,
+        "timestamp": _iso_instant(zoned=True),
+        "timestamp_ntz": _iso_instant(zoned=False),
+        "bigint": _iso_time_micros,
+    }.get(kind, _same)
+
+
+def configured(types: dict[str, str], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``image`` with the values of its configured columns converted, and those columns'
+    declared types (only the columns the image has)."""
+    out = dict(image)
+    found: dict[str, str] = {}
+    for name, kind in types.items():
+        if name not in out:
+            continue
+        found[name] = kind
+        v = out[name]
+        if v is not None and v != UNAVAILABLE:
+            out[name] = declared_converter(kind)(v)
+    return out, found

@@ -1,0 +1,211 @@
+"""The CDC event and batch contracts (the seed's wire format) and their validation.
+
+Decoding is typed (msgspec): a malformed batch fails with :class:`InvalidBatch` whose ``field``
+is a JSON path such as ``$.events[3].sequence`` and whose ``message`` says what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+
+from cdclake.contracts import coltypes, names
+
+Operation = Literal["INSERT", "UPDATE", "DELETE"]
+
+TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+MAX_ROW_ID_CHARS = 1024
+MAX_EVENTS_PER_BATCH = 100_000
+# Side tables the apply job keeps next to each CDC table; a source table may not be named so.
+CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX = "__changes", "__quarantine", "__tombstones"
+RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
+# Debezium's stand-in for a column value it did not capture (unchanged TOASTed Postgres values):
+# the stored value must be kept, never overwritten with this string.
+UNAVAILABLE = "__debezium_unavailable_value"
+
+# Spark and Iceberg store these as signed 64-bit longs.
+NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]
+SourceId = Annotated[str, msgspec.Meta(pattern=SOURCE_PATTERN)]
+RowId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROW_ID_CHARS)]
+
+
+class CDCEvent(msgspec.Struct, omit_defaults=True):
+    """One change of one row, as the seed defines it."""
+
+    sequence: NonNegative
+    """Producer's monotonically increasing event sequence: the ordering value of the change."""
+    timestamp: NonNegative
+    """Unix time of the change in milliseconds."""
+    operation: Operation
+    table: TableName
+    rowId: RowId
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    order: Annotated[list[NonNegative], msgspec.Meta(min_length=1, max_length=4)] | None = None
+    """Composite ordering value where one number is not enough (Debezium/Postgres:
+    ``[commit LSN, LSN]``), compared element by element; absent means ``[sequence]``. Then
+    ``sequence`` only identifies the event (exact duplicates share it)."""
+    columnTypes: dict[str, str] | None = None
+    """Declared types of top-level columns (:mod:`cdclake.contracts.coltypes`): a new column takes its
+    declared type instead of one inferred from JSON (Debezium's schema fills it)."""
+    columnDefaults: dict[str, Any] | None = None
+    """Source defaults of top-level columns (JSON scalars, in the form of the column's values):
+    when the apply adds such a column, rows written before it existed get the default instead of
+    NULL, as the source's ``ALTER TABLE ... ADD COLUMN ... DEFAULT`` gave them (Debezium's schema
+    fills it)."""
+
+
+class Batch(msgspec.Struct):
+    """What a producer sends: its id, its per-producer batch sequence number, the events."""
+
+    source: SourceId
+    sequenceNumber: NonNegative
+    events: Annotated[list[CDCEvent], msgspec.Meta(min_length=1, max_length=MAX_EVENTS_PER_BATCH)]
+
+
+class StagedEvent(msgspec.Struct, omit_defaults=True):
+    """One line of a staging object: the event plus the batch it came in."""
+
+    source: str
+    batchSequence: int
+    sequence: int
+    timestamp: int
+    operation: Operation
+    rowId: str
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    order: list[int] | None = None
+    columnTypes: dict[str, str] | None = None
+    columnDefaults: dict[str, Any] | None = None
+
+
+class InvalidBatch(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+    def as_json(self) -> dict[str, str]:
+        return {"error": "invalid_format", "field": self.field, "message": self.message}
+
+
+T = TypeVar("T")
+_decoder = msgspec.json.Decoder(Batch)
+_encoder = msgspec.json.Encoder()
+_AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]*)`$", re.S)
+
+
+def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode with ``decoder``; raises :class:`InvalidBatch` naming the field."""
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        m = _AT.match(str(exc))
+        if m:
+            msg = m["msg"]
+            if m["path"].endswith(".operation"):
+                msg += " (expected INSERT, UPDATE or DELETE)"
+            raise InvalidBatch(m["path"], msg) from None
+        raise InvalidBatch("$", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidBatch("$", f"malformed JSON: {exc}") from None
+
+
+def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limits = names.DEFAULT) -> None:
+    """The rules a type cannot say: reserved table names, an after-image unless DELETE, and the
+    door rule for column names and shapes (:mod:`cdclake.contracts.names`) in both row images."""
+    i, which = 0, "after"
+    try:
+        for i, ev in enumerate(evs):
+            if ev.table.lower().endswith(RESERVED_SUFFIXES):
+                raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            if ev.operation != "DELETE" and ev.after is None:
+                raise InvalidBatch(f"{path}[{i}].after", f"required for {ev.operation}")
+            if ev.before is not None:
+                which = "before"
+                names.check_image(ev.before, limits)
+                which = "after"
+            if ev.after is not None:
+                names.check_image(ev.after, limits)
+            if ev.columnTypes:
+                check_column_types(ev.columnTypes, f"{path}[{i}].columnTypes", limits)
+            if ev.columnDefaults:
+                check_column_defaults(ev.columnDefaults, f"{path}[{i}].columnDefaults", limits)
+    except names.Refused as exc:
+        raise InvalidBatch(f"{path}[{i}].{which}{exc.field}", exc.message) from None
+
+
+def _declared_names(declared: dict[str, Any], path: str, limits: names.Limits, what: str) -> list[tuple[str, str]]:
+    """(name, JSON path) of each top-level column something is declared for, once the count is
+    within CDCLAKE_MAX_COLUMNS and each name is lawful (the door rule of :mod:`cdclake.contracts.names`)."""
+    if len(declared) > limits.max_columns:
+        raise InvalidBatch(
+            path, f"{len(declared)} declared {what}, over the limit of {limits.max_columns} (CDCLAKE_MAX_COLUMNS)"
+        )
+    out = []
+    for name in declared:
+        where = path + names.segment(name)
+        why = names.problem(name, True, limits)
+        if why:
+            raise InvalidBatch(where, why)
+        out.append((name, where))
+    return out
+
+
+def check_column_types(types: dict[str, str], path: str, limits: names.Limits) -> None:
+    """Each declared type in its canonical spelling (rewritten in place), for a lawful name."""
+    for name, where in _declared_names(types, path, limits, "types"):
+        text = types[name]
+        try:
+            types[name] = coltypes.canonical(text)
+        except ValueError as exc:
+            raise InvalidBatch(where, str(exc)) from None
+
+
+def check_column_defaults(defaults: dict[str, Any], path: str, limits: names.Limits) -> None:
+    """A lawful name for each default, and a JSON scalar for its value: the apply casts the
+    value's text to the column's type, which a null, object or array cannot be."""
+    for name, where in _declared_names(defaults, path, limits, "defaults"):
+        value = defaults[name]
+        if not isinstance(value, str | int | float):  # bool is an int
+            kind = "null" if value is None else "an object" if isinstance(value, dict) else "an array"
+            raise InvalidBatch(where, f"a default must be a string, number or boolean, got {kind}")
+
+
+def decode_batch(body: bytes, limits: names.Limits = names.DEFAULT) -> Batch:
+    """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
+    batch = typed_decode(_decoder, body)
+    check_events(batch.events, limits=limits)
+    return batch
+
+
+def stage_lines(batch: Batch) -> dict[str, bytes]:
+    """Split a batch into one NDJSON payload per table (table names lower-cased)."""
+    out: dict[str, list[bytes]] = {}
+    for ev in batch.events:
+        rec = StagedEvent(
+            source=batch.source,
+            batchSequence=batch.sequenceNumber,
+            sequence=ev.sequence,
+            timestamp=ev.timestamp,
+            operation=ev.operation,
+            rowId=ev.rowId,
+            before=ev.before,
+            after=ev.after,
+            metadata=ev.metadata,
+            order=ev.order,
+            columnTypes=ev.columnTypes,
+            columnDefaults=ev.columnDefaults,
+        )
+        out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
+    return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)

@@ -1,0 +1,98 @@
+"""pyiceberg access to the shared catalog: the light way for DAG tasks to read table state
+without starting a JVM. pyiceberg is imported lazily."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.contracts import watermark
+from cdclake.staging import stores
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+
+def io_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg FileIO properties for an S3 warehouse, from the S3 settings staging shares."""
+    if not settings.warehouse_on_s3:
+        return {}
+    out = {"s3.region": settings.s3_region, "s3.force-virtual-addressing": str(not settings.s3_path_style).lower()}
+    if settings.s3_endpoint:
+        out["s3.endpoint"] = settings.s3_endpoint
+    if settings.s3_access_key:
+        out["s3.access-key-id"] = settings.s3_access_key
+        out["s3.secret-access-key"] = settings.s3_secret_key
+    return out
+
+
+_opening = threading.Lock()
+
+
+def open_catalog(settings: Settings) -> SqlCatalog:
+    # One thread at a time: two first opens at once both create the catalog's tables in the
+    # database, and the second fails ("table iceberg_tables already exists").
+    with _opening:
+        return _catalog(
+            settings.catalog_name,
+            settings.catalog_db_url,
+            settings.warehouse,
+            tuple(sorted(io_properties(settings).items())),
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(name: str, url: str, warehouse: str, io: tuple[tuple[str, str], ...] = ()) -> SqlCatalog:
+    # One SQLAlchemy engine per catalog and process, not one per call.
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(name, uri=url, warehouse=warehouse, schema_version="v1", **dict(io))
+
+
+def load_table(settings: Settings, table: str) -> Table | None:
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return open_catalog(settings).load_table((settings.namespace, table))
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
+def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:
+    """The newest watermark in the current snapshot's ancestry (maintenance snapshots carry
+    none, staged write-audit-publish snapshots are not ancestors); None if no such table."""
+    t = load_table(settings, table)
+    if t is None:
+        return None
+    if t.current_snapshot() is None:
+        return watermark.Watermark()
+    from pyiceberg.table.snapshots import ancestors_of
+
+    snaps = ancestors_of(t.current_snapshot(), t.metadata)
+    return watermark.from_summaries(dict(s.summary.additional_properties) if s.summary else None for s in snaps)
+
+
+def pending_objects(
+    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+) -> Iterator[staging.ObjectKey]:
+    """Staging objects their table has not consumed yet, table by table."""
+    store = store or stores.open_store(settings)
+    wanted = {t.lower() for t in only} if only else None
+    for table in store.tables():
+        if wanted is not None and table not in wanted:
+            continue
+        wm = table_watermark(settings, table) or watermark.Watermark()
+        yield from (k for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
+
+
+def pending_tables(
+    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+) -> dict[str, int]:
+    """Tables with staging objects not yet consumed, and how many."""
+    return dict(Counter(k.table for k in pending_objects(settings, only, store)))
