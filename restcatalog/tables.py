@@ -1,0 +1,117 @@
+"""The table handlers that change no table's contents: list, create (stage-create too), load,
+exists, drop, register, rename; the partition listings; and the clients' scan/commit reports.
+Commits are :mod:`restcatalog.commits`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from restcatalog import names, partitions
+from restcatalog.catalog import Loaded
+from restcatalog.errors import bad_request
+from restcatalog.inputs import ident_of, json_body, ns_of, page, parse, read_body, snapshot_param
+from restcatalog.models import CreateTableRequest, RegisterTableRequest, RenameTableRequest
+from restcatalog.service import Service, run
+
+
+def load_result(entry: Loaded, config: dict[str, str], metadata: bytes | None = None) -> Response:
+    # The metadata file's own bytes: no re-serialization, and fields pyiceberg does not model
+    # (written by a newer Java) reach the client intact.
+    loc = json.dumps(entry.location).encode()
+    body = b'{"metadata-location":%s,"metadata":%s,"config":%s}' % (
+        loc,
+        metadata if metadata is not None else entry.raw,
+        json.dumps(config).encode(),
+    )
+    return Response(body, media_type="application/json")
+
+
+def etag(entry: Loaded) -> str:
+    return '"' + hashlib.sha256((entry.location or "").encode()).hexdigest()[:32] + '"'
+
+
+def refs_only(raw: bytes) -> bytes:
+    """``?snapshots=refs``: keep the snapshots that a branch or tag points at."""
+    doc = json.loads(raw)
+    keep = {r.get("snapshot-id") for r in (doc.get("refs") or {}).values()}
+    doc["snapshots"] = [s for s in doc.get("snapshots") or [] if s.get("snapshot-id") in keep]
+    return json.dumps(doc).encode()
+
+
+async def list_tables(request: Request, svc: Service) -> Response:
+    ns = ns_of(request)
+    found = sorted(await run(svc.catalog.sql.list_tables, ns))
+    items, token = page(found, request)
+    ids = [{"namespace": list(i[:-1]), "name": i[-1]} for i in items]
+    return JSONResponse({"identifiers": ids, "next-page-token": token})
+
+
+async def create_table(request: Request, svc: Service) -> Response:
+    ns = ns_of(request)
+    req = parse(CreateTableRequest, await json_body(request, svc))
+    entry = await run(svc.catalog.create, ns, req)
+    return load_result(entry, svc.config)
+
+
+async def load_table(request: Request, svc: Service) -> Response:
+    ident = ident_of(request)
+    mode = request.query_params.get("snapshots", "all")
+    if mode not in ("all", "refs"):
+        raise bad_request("snapshots must be 'all' or 'refs'")
+    entry = await run(svc.catalog.load, ident)
+    tag = etag(entry) + (";refs" if mode == "refs" else "")
+    if request.headers.get("if-none-match") == tag:
+        return Response(status_code=304, headers={"ETag": tag})
+    resp = load_result(entry, svc.config, refs_only(entry.raw) if mode == "refs" else None)
+    resp.headers["ETag"] = tag
+    return resp
+
+
+async def table_exists(request: Request, svc: Service) -> Response:
+    found = await run(svc.catalog.sql.table_exists, ident_of(request))
+    return Response(status_code=204 if found else 404)
+
+
+async def drop_table(request: Request, svc: Service) -> Response:
+    ident = ident_of(request)
+    purge = request.query_params.get("purgeRequested", "false").lower()
+    if purge not in ("true", "false"):
+        raise bad_request("purgeRequested must be true or false")
+    await run(svc.catalog.drop, ident, purge == "true")
+    return Response(status_code=204)
+
+
+async def register_table(request: Request, svc: Service) -> Response:
+    ns = ns_of(request)
+    req = parse(RegisterTableRequest, await json_body(request, svc))
+    entry = await run(svc.catalog.register, (*ns, names.table(req.name)), req.metadata_location, req.overwrite)
+    return load_result(entry, svc.config)
+
+
+async def rename_table(request: Request, svc: Service) -> Response:
+    req = parse(RenameTableRequest, await json_body(request, svc))
+    src = (*names.namespace(req.source.namespace.root), names.table(req.source.name))
+    dst = (*names.namespace(req.destination.namespace.root), names.table(req.destination.name))
+    await run(svc.catalog.sql.rename_table, src, dst)
+    return Response(status_code=204)
+
+
+async def report_metrics(request: Request, svc: Service) -> Response:
+    ident_of(request)
+    await read_body(request, svc.settings.rest_max_body_bytes)
+    svc.metrics.inc("cdclake_rest_metric_reports_total")
+    return Response(status_code=204)
+
+
+async def list_partitions(request: Request, svc: Service) -> Response:
+    snap, rows = await run(svc.catalog.partitions, ident_of(request), snapshot_param(request))
+    return JSONResponse(partitions.listing(snap, rows))
+
+
+async def partition_stats(request: Request, svc: Service) -> Response:
+    snap, rows = await run(svc.catalog.partitions, ident_of(request), snapshot_param(request))
+    return JSONResponse(partitions.stats(snap, rows))
