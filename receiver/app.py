@@ -23,13 +23,13 @@ import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from cdclake.config.settings import Settings
 from cdclake.config.tables import load_table_config
 from cdclake.contracts import debezium, events, names
-from cdclake.service.metrics import Metrics
+from cdclake.service.metrics import CONTENT_TYPE, Metrics
 from cdclake.staging import stores
 from receiver import auth, decode, landing, openapi, stream
 from receiver.backlog import Backlog
@@ -276,7 +276,7 @@ async def metrics(request: Request) -> Response:
             m.set("cdclake_table_last_commit_seconds", h["last_commit_ms"] / 1000, table=table)
         for key in ("data_files", "small_files", "delete_files", "snapshots", "rows"):
             m.set(f"cdclake_table_{key}", h[key], table=table)
-    return PlainTextResponse(svc.metrics.render(), media_type="text/plain; version=0.0.4")
+    return Response(svc.metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def flush(request: Request) -> Response:

@@ -81,24 +81,37 @@ def refusal(
 
 
 def describe_metrics(m: Metrics) -> None:
-    m.describe("cdclake_receiver_batches_total", "counter", "Batches answered, by transport and outcome.")
+    m.describe(
+        "cdclake_receiver_batches_total",
+        "counter",
+        "Batches answered, by transport and outcome.",
+        ("transport", "outcome"),
+    )
     m.describe("cdclake_receiver_events_total", "counter", "Events landed (persisted or fallback).")
-    m.describe("cdclake_receiver_bytes_total", "counter", "Request bytes received, by transport.")
-    m.describe("cdclake_receiver_acks_total", "counter", "Acks sent, by status.")
-    m.describe("cdclake_receiver_nacks_total", "counter", "Nacks sent, by reason.")
-    m.describe("cdclake_receiver_landing_seconds", "histogram", "Time from body read to durable landing.")
-    m.describe("cdclake_receiver_backlog_objects", "gauge", "Staging objects not yet applied, by table.")
+    m.describe("cdclake_receiver_bytes_total", "counter", "Request bytes received, by transport.", ("transport",))
+    m.describe("cdclake_receiver_acks_total", "counter", "Acks sent, by status.", ("status",))
+    m.describe("cdclake_receiver_nacks_total", "counter", "Nacks sent, by reason.", ("reason",))
+    m.describe(
+        "cdclake_receiver_landing_seconds", "histogram", "Time from body read to durable landing.", ("transport",)
+    )
+    m.describe("cdclake_receiver_backlog_objects", "gauge", "Staging objects not yet applied, by table.", ("table",))
     m.describe("cdclake_receiver_spool_batches", "gauge", "Batches waiting in the fallback spool.")
     m.describe("cdclake_receiver_connections", "gauge", "Open WebSocket connections.")
-    m.describe("cdclake_receiver_notify_total", "counter", "Airflow Asset events sent, by result.")
-    m.describe("cdclake_table_valid_through_seconds", "gauge", "Newest applied event time per table (unix s).")
-    m.describe("cdclake_table_freshness_lag_seconds", "gauge", "Now minus valid-through: how stale a table is.")
-    m.describe("cdclake_table_last_commit_seconds", "gauge", "Time of the table's current snapshot (unix s).")
-    m.describe("cdclake_table_data_files", "gauge", "Live data files per table.")
-    m.describe("cdclake_table_small_files", "gauge", "Data files under 75% of the target size.")
-    m.describe("cdclake_table_delete_files", "gauge", "Live delete files (merge-on-read) per table.")
-    m.describe("cdclake_table_snapshots", "gauge", "Snapshots in the table's metadata.")
-    m.describe("cdclake_table_rows", "gauge", "Rows in live data files (before deletes).")
+    m.describe("cdclake_receiver_notify_total", "counter", "Airflow Asset events sent, by result.", ("result",))
+    m.describe(
+        "cdclake_table_valid_through_seconds", "gauge", "Newest applied event time per table (unix s).", ("table",)
+    )
+    m.describe(
+        "cdclake_table_freshness_lag_seconds", "gauge", "Now minus valid-through: how stale a table is.", ("table",)
+    )
+    m.describe(
+        "cdclake_table_last_commit_seconds", "gauge", "Time of the table's current snapshot (unix s).", ("table",)
+    )
+    m.describe("cdclake_table_data_files", "gauge", "Live data files per table.", ("table",))
+    m.describe("cdclake_table_small_files", "gauge", "Data files under 75% of the target size.", ("table",))
+    m.describe("cdclake_table_delete_files", "gauge", "Live delete files (merge-on-read) per table.", ("table",))
+    m.describe("cdclake_table_snapshots", "gauge", "Snapshots in the table's metadata.", ("table",))
+    m.describe("cdclake_table_rows", "gauge", "Rows in live data files (before deletes).", ("table",))
 
 
 class Service:

@@ -25,12 +25,12 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cdclake.config.settings import Settings
-from cdclake.service.metrics import Metrics
+from cdclake.service.metrics import CONTENT_TYPE, Metrics
 from restcatalog import auth, errors, openapi
 from restcatalog.catalog import Catalog, client_config
 from restcatalog.commits import commit_table, commit_transaction
@@ -112,7 +112,7 @@ async def health(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    return PlainTextResponse(service_of(request).metrics.render(), media_type="text/plain; version=0.0.4")
+    return Response(service_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def openapi_json(request: Request) -> Response:

@@ -32,8 +32,13 @@ async def run(fn: Callable[..., T], *args: Any) -> T:
 
 
 def describe_metrics(m: Metrics) -> None:
-    m.describe("cdclake_rest_requests_total", "counter", "REST catalog requests by route and status")
-    m.describe("cdclake_rest_request_seconds", "histogram", "REST catalog request latency by route")
+    m.describe(
+        "cdclake_rest_requests_total",
+        "counter",
+        "REST catalog requests by route and status",
+        ("route", "method", "status"),
+    )
+    m.describe("cdclake_rest_request_seconds", "histogram", "REST catalog request latency by route", ("route",))
     m.describe("cdclake_rest_commits_total", "counter", "Committed table changes")
     m.describe("cdclake_rest_commit_conflicts_total", "counter", "Commits refused with 409 (stale or lost race)")
     m.describe("cdclake_rest_metric_reports_total", "counter", "Scan/commit reports received from clients")

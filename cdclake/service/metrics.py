@@ -1,80 +1,64 @@
-"""Prometheus text exposition (format 0.0.4) for the services' counters, gauges and histograms.
+"""The services' Prometheus metrics: prometheus_client, one registry per app.
 
-Shared by the receiver and the REST catalog. Kept to what they need; one process, so plain dicts
-under the GIL suffice.
+Shared by the receiver and the REST catalog. Each app owns a :class:`Metrics` with its own
+``CollectorRegistry``, not the process-global default one: tests (and an embedded stack) create
+many apps in one process, and the global registry refuses a metric name registered twice.
+prometheus_client writes the exposition format (escaping, histogram series, ``_created``).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
+from collections.abc import Sequence
+from typing import Literal
 
-LabelValues = tuple[tuple[str, str], ...]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def _labels(lv: LabelValues, extra: str = "") -> str:
-    parts = [f'{k}="{_escape(v)}"' for k, v in lv]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _num(v: float) -> str:
-    """Full precision (unix timestamps need 10+ digits); integers without a fraction."""
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+Kind = Literal["counter", "gauge", "histogram"]
 
 
 class Metrics:
-    def __init__(self) -> None:
-        self._help: dict[str, tuple[str, str]] = {}
-        self._values: dict[str, dict[LabelValues, float]] = defaultdict(dict)
-        self._hist: dict[str, dict[LabelValues, list[float]]] = defaultdict(dict)
+    """Metrics declared once with their labels (:meth:`describe`), then updated by name."""
 
-    def describe(self, name: str, kind: str, text: str) -> None:
-        self._help[name] = (kind, text)
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._metrics: dict[str, Counter | Gauge | Histogram] = {}
+
+    def describe(self, name: str, kind: Kind, text: str, labels: Sequence[str] = ()) -> None:
+        names = list(labels)
+        if kind == "counter":
+            self._metrics[name] = Counter(name, text, names, registry=self.registry)
+        elif kind == "gauge":
+            self._metrics[name] = Gauge(name, text, names, registry=self.registry)
+        else:
+            self._metrics[name] = Histogram(name, text, names, registry=self.registry, buckets=LATENCY_BUCKETS)
+
+    def _child(self, name: str, labels: dict[str, str]) -> Counter | Gauge | Histogram:
+        metric = self._metrics[name]
+        return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        lv = tuple(sorted(labels.items()))
-        series = self._values[name]
-        series[lv] = series.get(lv, 0.0) + amount
+        child = self._child(name, labels)
+        if not isinstance(child, Counter | Gauge):
+            raise TypeError(f"{name} is not a counter or gauge")
+        child.inc(amount)
 
     def set(self, name: str, value: float, **labels: str) -> None:
-        self._values[name][tuple(sorted(labels.items()))] = value
+        child = self._child(name, labels)
+        if not isinstance(child, Gauge):
+            raise TypeError(f"{name} is not a gauge")
+        child.set(value)
 
     def observe(self, name: str, value: float, **labels: str) -> None:
-        lv = tuple(sorted(labels.items()))
-        # counts per bucket (non-cumulative), then +Inf count, then sum
-        h = self._hist[name].setdefault(lv, [0.0] * (len(LATENCY_BUCKETS) + 2))
-        h[bisect.bisect_left(LATENCY_BUCKETS, value)] += 1
-        h[-1] += value
+        child = self._child(name, labels)
+        if not isinstance(child, Histogram):
+            raise TypeError(f"{name} is not a histogram")
+        child.observe(value)
 
     def value(self, name: str, **labels: str) -> float:
-        return self._values[name].get(tuple(sorted(labels.items())), 0.0)
+        return self.registry.get_sample_value(name, labels) or 0.0
 
     def render(self) -> str:
-        out: list[str] = []
-        for name, (kind, text) in sorted(self._help.items()):
-            out.append(f"# HELP {name} {text}")
-            out.append(f"# TYPE {name} {kind}")
-            if kind == "histogram":
-                for lv, h in sorted(self._hist[name].items()):
-                    acc = 0.0
-                    for bound, n in zip(LATENCY_BUCKETS, h, strict=False):
-                        acc += n
-                        le = f'le="{bound:g}"'
-                        out.append(f"{name}_bucket{_labels(lv, le)} {_num(acc)}")
-                    acc += h[len(LATENCY_BUCKETS)]
-                    inf = 'le="+Inf"'
-                    out.append(f"{name}_bucket{_labels(lv, inf)} {_num(acc)}")
-                    out.append(f"{name}_count{_labels(lv)} {_num(acc)}")
-                    out.append(f"{name}_sum{_labels(lv)} {_num(h[-1])}")
-            else:
-                for lv, v in sorted(self._values[name].items()):
-                    out.append(f"{name}{_labels(lv)} {_num(v)}")
-        return "\n".join(out) + "\n"
+        return generate_latest(self.registry).decode()
