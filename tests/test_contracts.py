@@ -3,12 +3,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cdclake import staging
 from cdclake.config.settings import SettingsError, jdbc_url, load
 from cdclake.contracts import events
-from cdclake.contracts.protocol import NACK_REASONS
+from cdclake.contracts.protocol import NACK_REASONS, NackReason
 from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries
 from cdclake.lake.spark import catalog_conf
 
@@ -169,14 +170,14 @@ def test_contracts_package_imports_nothing_heavy() -> None:
 
 
 @pytest.mark.parametrize("reason", NACK_REASONS)
-def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: str) -> None:
+def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: NackReason) -> None:
     """One protocol (cdclake.contracts.protocol): the receiver's ``shouldRetry`` for a refusal and the
     SDK's reading of a WebSocket nack agree for every reason, with or without ``shouldRetry``."""
     from cdclake.client import ProducerError, _failure
+    from receiver.answer import refusal
     from receiver.rejected import Rejected
-    from receiver.service import refusal
 
-    body = refusal(Rejected(503, reason, "because")).body
+    body = msgspec.to_builtins(refusal(Rejected(503, reason, "because")).body)  # the JSON object, as sent
     told = body["shouldRetry"]
     assert told == (reason in ("buffer_full", "rate_limited", "internal_error", "shutting_down",
                                "load_shedding", "connection_limit"))
