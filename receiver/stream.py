@@ -157,6 +157,7 @@ async def handshake(ws: WebSocket) -> Connection | None:
 
 
 def close(c: Connection) -> None:
+    """The connection no longer speaks for its source (gone, or switched by a new connect)."""
     if c.source is not None:
         c.svc.ws_closed(c.source)
 
