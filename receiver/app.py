@@ -31,11 +31,14 @@ from cdclake.config.tables import load_table_config
 from cdclake.contracts import debezium, events, names
 from cdclake.service.metrics import CONTENT_TYPE, Metrics
 from cdclake.staging import stores
-from receiver import auth, decode, landing, openapi, stream
+from receiver import auth, decode, openapi, stream
+from receiver.answer import Answer, refusal
 from receiver.backlog import Backlog
+from receiver.landing import Lander
 from receiver.notify import Notifier
 from receiver.rejected import Rejected
-from receiver.service import Answer, Service, describe_metrics, refusal
+from receiver.service import Service, describe_metrics
+from receiver.spool import Spool
 
 DRAIN_EVERY_S = 1.0
 BACKLOG_EVERY_S = 5.0
@@ -43,8 +46,8 @@ SOURCE = re.compile(events.SOURCE_PATTERN)
 log = logging.getLogger("cdclake.receiver")
 
 
-def answer_response(a: Answer) -> JSONResponse:
-    return JSONResponse(a.body, status_code=a.status, headers=a.headers)
+def answer_response(a: Answer) -> Response:
+    return Response(a.content(), status_code=a.status, headers=a.headers, media_type="application/json")
 
 
 def batch_params(request: Request) -> dict[str, str]:
@@ -61,7 +64,8 @@ def batch_params(request: Request) -> dict[str, str]:
 
 class State(TypedDict):
     """What the lifespan yields; Starlette gives each request (and WebSocket) a copy as
-    ``request.state``: the one service of the app and what the handlers decode with."""
+    ``request.state`` (``ws.state``): the one service of the app and what the handlers decode
+    with. Every handler, HTTP and WebSocket (:func:`receiver.stream.stream`), reads it."""
 
     service: Service
     notifier: Notifier
@@ -99,8 +103,8 @@ async def lifespan(
     long as the app runs; :func:`create_app` binds everything but ``app``."""
     store = stores.open_store(settings)
     # A local store is its own durability; a spool on the same disk would add nothing.
-    spool = landing.Spool(settings.spool_dir) if settings.staging_url else None
-    lander = landing.Lander(store, spool)
+    spool = Spool(settings.spool_dir) if settings.staging_url else None
+    lander = Lander(store, spool)
     metrics = Metrics()
     describe_metrics(metrics)
     backlog = Backlog(settings, store)
@@ -295,14 +299,13 @@ async def openapi_json(request: Request) -> Response:
     return JSONResponse(openapi.document(service_of(request).settings))
 
 
-def routes(settings: Settings) -> list[BaseRoute]:
-    streaming = stream.endpoint(settings)
+def routes() -> list[BaseRoute]:
     return [
         Route("/v1/batches", post_batch, methods=["POST"]),
         Route("/v1/debezium", post_debezium, methods=["POST"]),
         Route("/v1/sources/{source}", get_source, methods=["GET"]),
-        WebSocketRoute("/v1/stream", streaming),
-        WebSocketRoute("/ws", streaming),
+        WebSocketRoute("/v1/stream", stream.stream),
+        WebSocketRoute("/ws", stream.stream),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/status", status, methods=["GET"]),
@@ -319,4 +322,4 @@ def create_app(settings: Settings) -> Starlette:
     table_config = load_table_config(settings)
     tables = debezium.TableRules(table_config.key_columns(), table_config.column_types())
     bound = functools.partial(lifespan, settings=settings, tokens=tokens, limits=limits, tables=tables)
-    return Starlette(routes=routes(settings), lifespan=bound)
+    return Starlette(routes=routes(), lifespan=bound)

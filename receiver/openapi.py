@@ -1,6 +1,8 @@
 """The OpenAPI 3.1 document of the receiver's HTTP API, served at ``/openapi.json``.
 
-Request schemas come from the msgspec contracts, so the document cannot drift from validation.
+Request schemas come from the msgspec contracts, so the document cannot drift from validation; so
+do the ack and nack bodies (:mod:`cdclake.contracts.protocol`), which the receiver encodes from the
+same Structs.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import msgspec
 
 from cdclake.config.settings import Settings
 from cdclake.contracts.events import SOURCE_PATTERN, Batch
-from cdclake.contracts.protocol import ACK_STATUSES, NACK_REASONS
+from cdclake.contracts.protocol import Ack, Nack
 
 
 def _nack(description: str) -> dict[str, Any]:
@@ -23,60 +25,9 @@ def _nack(description: str) -> dict[str, Any]:
 
 # Long: a declarative OpenAPI document; splitting it would scatter one schema over several functions.
 def document(settings: Settings) -> dict[str, Any]:
-    (batch_ref,), components = msgspec.json.schema_components([Batch], ref_template="#/components/schemas/{name}")
-    components["Ack"] = {
-        "type": "object",
-        "required": ["type", "timestamp", "sequenceNumber", "status", "details"],
-        "properties": {
-            "type": {"const": "ack"},
-            "timestamp": {"type": "integer"},
-            "sequenceNumber": {"type": "integer"},
-            "correlationId": {"type": "string"},
-            "status": {"enum": list(ACK_STATUSES)},
-            "details": {
-                "type": "object",
-                "properties": {
-                    "eventsProcessed": {"type": "integer"},
-                    "bufferUtilization": {"type": "number", "minimum": 0, "maximum": 1},
-                    "suggestedDelayMs": {"type": "integer"},
-                    "persistedPath": {"type": "string", "description": "the first of persistedPaths (the seed's)"},
-                    "persistedPaths": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "description": "every staging object of the batch, one per table, sorted",
-                    },
-                    "remainingTokens": {"type": "integer", "description": "this producer's token bucket, after"},
-                    "bucketCapacity": {"type": "integer", "description": "its burst (CDCLAKE_RATE_LIMIT_BURST)"},
-                    "circuitBreakerState": {"enum": ["closed", "open"]},
-                },
-            },
-            "rateLimit": {
-                "type": "object",
-                "required": ["limit", "remaining", "resetAt"],
-                "properties": {
-                    "limit": {"type": "integer"},
-                    "remaining": {"type": "integer"},
-                    "resetAt": {"type": "integer", "description": "Unix ms when the bucket is full again"},
-                },
-            },
-        },
-    }
-    components["Nack"] = {
-        "type": "object",
-        "required": ["type", "reason", "errorMessage", "shouldRetry"],
-        "properties": {
-            "type": {"const": "nack"},
-            "timestamp": {"type": "integer"},
-            "sequenceNumber": {"type": ["integer", "null"]},
-            "reason": {"enum": list(NACK_REASONS)},
-            "errorMessage": {"type": "string"},
-            "shouldRetry": {"type": "boolean"},
-            "field": {"type": "string", "description": "JSON path of the field at fault, or the header"},
-            "retryDelayMs": {"type": "integer"},
-            "maxSize": {"type": "integer"},
-            "expectedSequence": {"type": "integer"},
-        },
-    }
+    (batch_ref, _, _), components = msgspec.json.schema_components(
+        [Batch, Ack, Nack], ref_template="#/components/schemas/{name}"
+    )
     limit = settings.max_body_bytes
     refusals = {
         "400": _nack("invalid_format: the field at fault is named in `field`"),

@@ -1,4 +1,5 @@
-"""The seed's wire protocol: ack / nack / status bodies, and the WebSocket client messages.
+"""The seed's wire protocol on the receiver's side: ack and nack bodies built from the contract's
+Structs (:mod:`cdclake.contracts.protocol`), their encoding, and the WebSocket client messages.
 
 Client messages are decoded typed (msgspec), so a bad one is refused with the JSON path of the
 field at fault, like HTTP batches.
@@ -13,10 +14,17 @@ import msgspec
 
 from cdclake.contracts import names
 from cdclake.contracts.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
-from cdclake.contracts.protocol import ACK_STATUSES, NACK_REASONS, PROTOCOL_VERSION
+from cdclake.contracts.protocol import (
+    ACK_STATUSES,
+    NACK_REASONS,
+    PROTOCOL_VERSION,
+    Ack,
+    AckDetails,
+    AckStatus,
+    Nack,
+    NackReason,
+)
 from receiver.ratelimit import Decision
-
-__all__ = ["ACK_STATUSES", "NACK_REASONS", "PROTOCOL_VERSION", "ack", "decode_client_message", "nack"]
 
 
 def now_ms() -> int:
@@ -25,50 +33,37 @@ def now_ms() -> int:
 
 def ack(
     sequence_number: int,
-    status: str,
+    status: AckStatus,
+    details: AckDetails,
     correlation_id: str | None = None,
     rate_limit: Decision | None = None,
-    **details: Any,
-) -> dict[str, Any]:
-    """The seed's AckMessage. With the token bucket's ``rate_limit`` decision for this batch it
-    carries the seed's ``rateLimit`` block and ``details.remainingTokens`` / ``bucketCapacity``."""
+) -> Ack:
+    """With the token bucket's ``rate_limit`` decision for this batch, the ack carries the seed's
+    ``rateLimit`` block and ``details.remainingTokens`` / ``bucketCapacity``."""
     if rate_limit is not None:
-        details |= {"remainingTokens": rate_limit.remaining, "bucketCapacity": rate_limit.limit}
-    body: dict[str, Any] = {
-        "type": "ack",
-        "timestamp": now_ms(),
-        "sequenceNumber": sequence_number,
-        "status": status,
-        "details": {k: v for k, v in details.items() if v is not None},
-    }
-    if rate_limit is not None:
-        body["rateLimit"] = rate_limit.block()
-    if correlation_id is not None:
-        body["correlationId"] = correlation_id
-    return body
+        details.remainingTokens, details.bucketCapacity = rate_limit.remaining, rate_limit.limit
+    block = rate_limit.block() if rate_limit is not None else None
+    return Ack(now_ms(), sequence_number, status, details, block, correlation_id)
 
 
 def nack(
-    reason: str,
+    reason: NackReason,
     message: str,
     *,
     sequence_number: int | None = None,
     should_retry: bool = False,
     correlation_id: str | None = None,
+    field: str | None = None,
     **extra: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": "nack",
-        "timestamp": now_ms(),
-        "sequenceNumber": sequence_number,
-        "reason": reason,
-        "errorMessage": message,
-        "shouldRetry": should_retry,
-        **{k: v for k, v in extra.items() if v is not None},
-    }
-    if correlation_id is not None:
-        body["correlationId"] = correlation_id
-    return body
+) -> Nack:
+    """``extra``: the Nack's other optional fields by their wire names (``retryDelayMs``, ...)."""
+    return Nack(
+        now_ms(), sequence_number, reason, message, should_retry, field=field, correlationId=correlation_id, **extra
+    )
+
+
+encode = msgspec.json.Encoder().encode
+"""A body (Ack, Nack, a status message) as JSON, the same bytes json.dumps(ensure_ascii=False) gives."""
 
 
 # --------------------------------------------------------------------------- client messages
@@ -155,6 +150,7 @@ def peek_ids(data: bytes) -> tuple[int | None, str | None]:
 __all__ = [
     "ACK_STATUSES",
     "NACK_REASONS",
+    "PROTOCOL_VERSION",
     "CDCBatchMessage",
     "ClientMessage",
     "Connect",
@@ -163,6 +159,8 @@ __all__ = [
     "InvalidBatch",
     "ack",
     "decode_client_message",
+    "encode",
     "nack",
+    "now_ms",
     "peek_ids",
 ]

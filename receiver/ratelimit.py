@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cdclake.contracts.protocol import RateLimit
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -32,11 +34,11 @@ class Decision:
             h["Retry-After"] = str(max(1, math.ceil(self.retry_after_s)))
         return h
 
-    def block(self) -> dict[str, int]:
+    def block(self) -> RateLimit:
         """The seed's ``rateLimit`` block of an ack. ``resetAt`` is Unix milliseconds, like every
         other time in the seed's messages (the ``X-RateLimit-Reset`` header is Unix seconds)."""
         reset_at = int(time.time() * 1000 + math.ceil(self.reset_s * 1000))
-        return {"limit": self.limit, "remaining": self.remaining, "resetAt": reset_at}
+        return RateLimit(self.limit, self.remaining, reset_at)
 
 
 class RateLimiter:

@@ -2,17 +2,24 @@
 turned away (authentication, limits, rates, backpressure, bodies that do not decode).
 
 It carries the HTTP status, the seed's nack reason, and the field or limit at fault, so the
-transports (HTTP, WebSocket) answer alike (:func:`receiver.service.refusal`).
+transports (HTTP, WebSocket) answer alike (:func:`receiver.answer.refusal`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from cdclake.contracts.protocol import NackReason
+
 
 class Rejected(Exception):
     def __init__(
-        self, status: int, reason: str, message: str, field: str | None = None, extra: dict[str, Any] | None = None
+        self,
+        status: int,
+        reason: NackReason,
+        message: str,
+        field: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status

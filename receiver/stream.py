@@ -11,12 +11,16 @@ producer also names itself in the upgrade's ``X-Client-ID`` (its sourceDoId) and
 (its ``sourceShardName``) headers; a connection speaks for one source, so a header that
 contradicts the ``connect`` message is refused, and so is a batch for another ``sourceDoId``.
 With tokens the token's id is the source: ``sourceDoId`` (and so ``X-Client-ID``) must be it.
+
+:func:`stream` is a module-level handler over the app's lifespan state (``ws.state``), like the
+HTTP handlers of :mod:`receiver.app`; one connection goes handshake, receive loop (connect, batch,
+heartbeat, flush), close.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -24,10 +28,11 @@ import anyio.to_thread
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from cdclake.config.settings import Settings
 from cdclake.contracts import names
 from cdclake.contracts.events import Batch, InvalidBatch
-from receiver import decode
+from cdclake.contracts.protocol import Ack, Nack
+from receiver import auth, decode
+from receiver.answer import refusal
 from receiver.notify import Notifier
 from receiver.protocol import (
     PROTOCOL_VERSION,
@@ -37,17 +42,20 @@ from receiver.protocol import (
     FlushRequest,
     Heartbeat,
     decode_client_message,
+    encode,
     nack,
     now_ms,
     peek_ids,
 )
 from receiver.rejected import Rejected
-from receiver.service import Service, refusal
+from receiver.service import Service
 
 log = logging.getLogger("cdclake.receiver")
 
 POLICY_VIOLATION = 1008
 TRY_AGAIN_LATER = 1013
+BIG_FRAME = 65536
+"""Frames larger than this are decoded off the event loop."""
 
 
 def connected(svc: Service) -> dict[str, int]:
@@ -98,128 +106,184 @@ def decode_guarded(data: bytes, limits: names.Limits) -> ClientMessage:
         return decode_client_message(data, limits)
 
 
-def endpoint(settings: Settings) -> Callable[[WebSocket], Awaitable[None]]:
-    limits = names.Limits.of(settings)
+@dataclass
+class Connection:
+    """One WebSocket and what it has said so far: its producer (with tokens), its upgrade
+    headers, and the source and shard its ``connect`` named."""
 
-    async def stream(ws: WebSocket) -> None:
-        svc: Service = ws.state.service
-        notifier: Notifier = ws.state.notifier
-        await ws.accept()
-        who = svc.authenticate(ws.headers.get("authorization"))
-        if isinstance(who, Rejected):
-            await ws.send_json(refusal(who).body)
-            await ws.close(POLICY_VIOLATION, who.message[:120])
+    ws: WebSocket
+    svc: Service
+    notifier: Notifier
+    limits: names.Limits
+    who: auth.Producer | None
+    client_id: str | None
+    shard_header: str | None
+    source: str | None = None
+    shard: str | None = None
+
+    async def send(self, body: Ack | Nack | dict[str, Any]) -> None:
+        await self.ws.send_text(encode(body).decode())
+
+    async def refuse(self, body: Ack | Nack, code: int, reason: str) -> None:
+        """Say why, then close the connection."""
+        await self.send(body)
+        await self.ws.close(code, reason)
+
+
+async def stream(ws: WebSocket) -> None:
+    """The handler at ``/ws`` and ``/v1/stream``."""
+    conn = await handshake(ws)
+    if conn is None:
+        return
+    try:
+        await receive_loop(conn)
+    except WebSocketDisconnect:
+        return
+    finally:
+        close(conn)
+
+
+async def handshake(ws: WebSocket) -> Connection | None:
+    """Accept and authenticate; None when the token is refused (and the connection closed)."""
+    svc: Service = ws.state.service
+    await ws.accept()
+    who = svc.authenticate(ws.headers.get("authorization"))
+    if isinstance(who, Rejected):
+        await ws.send_text(encode(refusal(who).body).decode())
+        await ws.close(POLICY_VIOLATION, who.message[:120])
+        return None
+    client_id, shard_header = ws.headers.get("x-client-id"), ws.headers.get("x-shard-name")
+    return Connection(ws, svc, ws.state.notifier, ws.state.limits, who, client_id, shard_header)
+
+
+def close(c: Connection) -> None:
+    """The connection no longer speaks for its source (gone, or switched by a new connect)."""
+    if c.source is not None:
+        c.svc.ws_closed(c.source)
+
+
+async def receive_loop(c: Connection) -> None:
+    """Frames in order, one at a time, until the client leaves or a frame ends the connection."""
+    settings = c.svc.settings
+    connect_by = anyio.current_time() + settings.ws_connect_timeout_s
+    while True:
+        frame = await receive_by(c.ws, None if c.source else connect_by)
+        if frame is None:
+            t = settings.ws_connect_timeout_s
+            why = f"no connect message within {t:g} s of opening (CDCLAKE_WS_CONNECT_TIMEOUT_S)"
+            await c.refuse(nack("invalid_format", why, field="$.type"), POLICY_VIOLATION, "connect not sent in time")
             return
-        client_id, shard_header = ws.headers.get("x-client-id"), ws.headers.get("x-shard-name")
-        source: str | None = None
-        shard: str | None = None
-        connect_by = anyio.current_time() + settings.ws_connect_timeout_s
-        try:
-            while True:
-                frame = await receive_by(ws, None if source else connect_by)
-                if frame is None:
-                    t = settings.ws_connect_timeout_s
-                    why = f"no connect message within {t:g} s of opening (CDCLAKE_WS_CONNECT_TIMEOUT_S)"
-                    await ws.send_json(nack("invalid_format", why, field="$.type"))
-                    await ws.close(POLICY_VIOLATION, "connect not sent in time")
-                    return
-                if frame["type"] == "websocket.disconnect":
-                    return
-                data: bytes = frame.get("bytes") or (frame.get("text") or "").encode()
-                if len(data) > settings.max_body_bytes:
-                    seq, cid = peek_ids(data[:4096])
-                    await ws.send_json(refusal(decode.too_large(settings.max_body_bytes, "message"), seq, cid).body)
-                    continue
-                try:
-                    if len(data) > 65536:  # big frames: decode off the event loop
-                        msg = await anyio.to_thread.run_sync(decode_guarded, data, limits)
-                    else:
-                        msg = decode_guarded(data, limits)
-                except InvalidBatch as exc:
-                    seq, cid = peek_ids(data)
-                    await ws.send_json(
-                        nack("invalid_format", exc.message, sequence_number=seq, correlation_id=cid, field=exc.field)
-                    )
-                    continue
-                except Rejected as exc:  # too deep to decode, so too deep to peek at
-                    await ws.send_json(refusal(exc).body)
-                    continue
-                if isinstance(msg, Connect):
-                    if msg.protocolVersion != PROTOCOL_VERSION:
-                        await ws.send_json(
-                            nack(
-                                "invalid_format",
-                                f"protocolVersion {msg.protocolVersion} is not supported (use {PROTOCOL_VERSION})",
-                                field="$.protocolVersion",
-                                correlation_id=msg.correlationId,
-                            )
-                        )
-                        continue
-                    shard = msg.sourceShardName or shard_header
-                    for header, wrong in (
-                        ("X-Client-ID", contradiction("X-Client-ID", client_id, "sourceDoId", msg.sourceDoId)),
-                        ("X-Shard-Name", contradiction("X-Shard-Name", shard_header, "sourceShardName", shard)),
-                    ):
-                        if wrong is not None:
-                            cid = msg.correlationId
-                            await ws.send_json(nack("invalid_format", wrong, field=header, correlation_id=cid))
-                            await ws.close(POLICY_VIOLATION, f"{header} contradicts connect")
-                            return
-                    if who is not None and who.id != msg.sourceDoId:
-                        await ws.send_json(
-                            nack("invalid_format", f"this token sends as {who.id!r}", field="$.sourceDoId")
-                        )
-                        await ws.close(POLICY_VIOLATION, "wrong source for token")
-                        return
-                    if source != msg.sourceDoId:
-                        unknown = svc.admit(msg.sourceDoId, authenticated=who is not None)
-                        if unknown is not None:  # without tokens, too many source ids this hour
-                            await ws.send_json(refusal(unknown, None, msg.correlationId).body)
-                            continue
-                        full = svc.ws_opened(msg.sourceDoId)
-                        if full is not None:
-                            await ws.send_json(refusal(full).body)
-                            await ws.close(TRY_AGAIN_LATER, "connection limit")
-                            return
-                        if source is not None:
-                            svc.ws_closed(source)
-                        source = msg.sourceDoId
-                    try:
-                        last = await anyio.to_thread.run_sync(svc.lander.last_sequence, source, True)
-                    except Exception:  # store down: what this process knows (the spool counts)
-                        last = svc.lander.cached_sequence(source)
-                    extra: dict[str, Any] = {"lastAckSequence": last, "correlationId": msg.correlationId}
-                    if shard is not None:
-                        extra["sourceShardName"] = shard
-                    await ws.send_json(status_message(svc, source, **extra))
-                elif isinstance(msg, CDCBatchMessage):
-                    seq, cid = msg.sequenceNumber, msg.correlationId
-                    if source is not None and msg.sourceDoId != source:
-                        why = f"this connection is {source!r}'s (its connect), not {msg.sourceDoId!r}'s"
-                        await ws.send_json(
-                            nack("invalid_format", why, sequence_number=seq, correlation_id=cid, field="$.sourceDoId")
-                        )
-                        continue
-                    box = [Batch(msg.sourceDoId, seq, msg.events)]
-                    del msg  # the batch must be freed by the worker, not on the loop
-
-                    def build(box: list[Batch] = box) -> decode.Decoded:
-                        return decode.Decoded(box.pop(), False)
-
-                    answer = await svc.submit(build, who, "ws", len(data), cid, seq)
-                    await ws.send_json(answer.body)
-                elif isinstance(msg, Heartbeat):
-                    await ws.send_json(status_message(svc, source))
-                elif isinstance(msg, FlushRequest):
-                    try:  # coalesced: repeated requests share one cdc_apply run
-                        run_id = await notifier.flush()
-                        await ws.send_json(status_message(svc, source, flush={"dag_run_id": run_id}))
-                    except Exception as exc:
-                        await ws.send_json(status_message(svc, source, flush={"error": str(exc)}))
-        except WebSocketDisconnect:
+        if frame["type"] == "websocket.disconnect":
             return
-        finally:
-            if source is not None:
-                svc.ws_closed(source)
+        data: bytes = frame.get("bytes") or (frame.get("text") or "").encode()
+        msg = await read(c, data)
+        if isinstance(msg, Connect):
+            if not await on_connect(c, msg):
+                return
+        elif isinstance(msg, CDCBatchMessage):
+            box = [msg]
+            del msg  # the batch must be freed by the worker, not on the loop
+            await on_batch(c, box, len(data))
+        elif isinstance(msg, Heartbeat):
+            await c.send(status_message(c.svc, c.source))
+        elif isinstance(msg, FlushRequest):
+            await on_flush(c)
 
-    return stream
+
+async def read(c: Connection, data: bytes) -> ClientMessage | None:
+    """The frame's message, or None once it is refused (too big, or not a valid message)."""
+    limit = c.svc.settings.max_body_bytes
+    if len(data) > limit:
+        seq, cid = peek_ids(data[:4096])
+        await c.send(refusal(decode.too_large(limit, "message"), seq, cid).body)
+        return None
+    try:
+        if len(data) > BIG_FRAME:
+            return await anyio.to_thread.run_sync(decode_guarded, data, c.limits)
+        return decode_guarded(data, c.limits)
+    except InvalidBatch as exc:
+        seq, cid = peek_ids(data)
+        await c.send(nack("invalid_format", exc.message, sequence_number=seq, correlation_id=cid, field=exc.field))
+    except Rejected as exc:  # too deep to decode, so too deep to peek at
+        await c.send(refusal(exc).body)
+    return None
+
+
+async def on_connect(c: Connection, msg: Connect) -> bool:
+    """Take the source the connect names and say where it stands; False once closed."""
+    if msg.protocolVersion != PROTOCOL_VERSION:
+        why = f"protocolVersion {msg.protocolVersion} is not supported (use {PROTOCOL_VERSION})"
+        await c.send(nack("invalid_format", why, field="$.protocolVersion", correlation_id=msg.correlationId))
+        return True
+    c.shard = msg.sourceShardName or c.shard_header
+    if not await identity_holds(c, msg):
+        return False
+    if c.source != msg.sourceDoId:
+        unknown = c.svc.admit(msg.sourceDoId, authenticated=c.who is not None)
+        if unknown is not None:  # without tokens, too many source ids this hour
+            await c.send(refusal(unknown, None, msg.correlationId).body)
+            return True
+        full = c.svc.ws_opened(msg.sourceDoId)
+        if full is not None:
+            await c.refuse(refusal(full).body, TRY_AGAIN_LATER, "connection limit")
+            return False
+        close(c)
+        c.source = msg.sourceDoId
+    await c.send(await resumption(c, msg.correlationId))
+    return True
+
+
+async def identity_holds(c: Connection, msg: Connect) -> bool:
+    """Whether the connect agrees with the upgrade headers and the token; else closed."""
+    for header, wrong in (
+        ("X-Client-ID", contradiction("X-Client-ID", c.client_id, "sourceDoId", msg.sourceDoId)),
+        ("X-Shard-Name", contradiction("X-Shard-Name", c.shard_header, "sourceShardName", c.shard)),
+    ):
+        if wrong is not None:
+            body = nack("invalid_format", wrong, field=header, correlation_id=msg.correlationId)
+            await c.refuse(body, POLICY_VIOLATION, f"{header} contradicts connect")
+            return False
+    if c.who is not None and c.who.id != msg.sourceDoId:
+        body = nack("invalid_format", f"this token sends as {c.who.id!r}", field="$.sourceDoId")
+        await c.refuse(body, POLICY_VIOLATION, "wrong source for token")
+        return False
+    return True
+
+
+async def resumption(c: Connection, cid: str | None) -> dict[str, Any]:
+    """The status that answers a connect: the source's last landed batch to resume after."""
+    assert c.source is not None
+    try:
+        last = await anyio.to_thread.run_sync(c.svc.lander.last_sequence, c.source, True)
+    except Exception:  # store down: what this process knows (the spool counts)
+        last = c.svc.lander.cached_sequence(c.source)
+    extra: dict[str, Any] = {"lastAckSequence": last, "correlationId": cid}
+    if c.shard is not None:
+        extra["sourceShardName"] = c.shard
+    return status_message(c.svc, c.source, **extra)
+
+
+async def on_batch(c: Connection, box: list[CDCBatchMessage], size: int) -> None:
+    """Submit the batch in ``box`` (emptied here) as HTTP batches are, and send its answer."""
+    msg = box.pop()
+    seq, cid = msg.sequenceNumber, msg.correlationId
+    if c.source is not None and msg.sourceDoId != c.source:
+        why = f"this connection is {c.source!r}'s (its connect), not {msg.sourceDoId!r}'s"
+        await c.send(nack("invalid_format", why, sequence_number=seq, correlation_id=cid, field="$.sourceDoId"))
+        return
+    batches = [Batch(msg.sourceDoId, seq, msg.events)]
+    del msg  # the batch must be freed by the worker, not on the loop
+
+    def build(batches: list[Batch] = batches) -> decode.Decoded:
+        return decode.Decoded(batches.pop(), False)
+
+    answer = await c.svc.submit(build, c.who, "ws", size, cid, seq)
+    await c.send(answer.body)
+
+
+async def on_flush(c: Connection) -> None:
+    try:  # coalesced: repeated requests share one cdc_apply run
+        run_id = await c.notifier.flush()
+        await c.send(status_message(c.svc, c.source, flush={"dag_run_id": run_id}))
+    except Exception as exc:
+        await c.send(status_message(c.svc, c.source, flush={"error": str(exc)}))

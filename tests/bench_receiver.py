@@ -273,12 +273,12 @@ def _phases(
     timed: Callable[[str, Callable[[], Any]], Any],
     seconds: float,
 ) -> int:
-    from receiver import decode, landing, protocol
+    from receiver import decode, prepared, protocol
 
     def land(body: bytes) -> None:
         d = decode.decode_body(body, "application/json", {}, 1024 * 1024, None)
         assert d.batch is not None
-        lander.land(landing.Prepared.from_batch(d.batch))
+        lander.land(prepared.Prepared.from_batch(d.batch))
 
     seq = 0
     deadline = time.perf_counter() + seconds
@@ -291,7 +291,7 @@ def _phases(
         timed("check_event_sizes", partial(decode.check_event_sizes, body, 1024 * 1024))
         batch = timed("decode_batch", partial(events.decode_batch, body))
         objects = timed("stage_lines", partial(events.stage_lines, batch))
-        digest = timed("digest sha256", partial(landing._digest, objects))
+        digest = timed("digest sha256", partial(prepared.content_digest, objects))
         receipt = staging.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
         path = staging.receipt_path(f"{source}-r", seq)
         timed("receipt put_if_absent", partial(store.put_if_absent, path, msgspec.json.encode(receipt)))

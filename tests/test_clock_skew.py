@@ -21,7 +21,8 @@ from cdclake.contracts import events
 from cdclake.lake.cleanup import clean_staging
 from cdclake.lake.spark import table_ident
 from cdclake.staging import stores
-from receiver.landing import Lander, Prepared
+from receiver.landing import Lander
+from receiver.prepared import Prepared
 from tests.s3server import SeaweedS3
 from tests.support import fresh_settings, table_rows
 

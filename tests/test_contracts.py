@@ -3,12 +3,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cdclake import staging
 from cdclake.config.settings import SettingsError, jdbc_url, load
 from cdclake.contracts import events
-from cdclake.contracts.protocol import NACK_REASONS
+from cdclake.contracts.protocol import NACK_REASONS, NackReason, Reply
 from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries
 from cdclake.lake.spark import catalog_conf
 
@@ -169,16 +170,40 @@ def test_contracts_package_imports_nothing_heavy() -> None:
 
 
 @pytest.mark.parametrize("reason", NACK_REASONS)
-def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: str) -> None:
+def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: NackReason) -> None:
     """One protocol (cdclake.contracts.protocol): the receiver's ``shouldRetry`` for a refusal and the
     SDK's reading of a WebSocket nack agree for every reason, with or without ``shouldRetry``."""
     from cdclake.client import ProducerError, _failure
+    from receiver.answer import refusal
     from receiver.rejected import Rejected
-    from receiver.service import refusal
 
-    body = refusal(Rejected(503, reason, "because")).body
+    body = msgspec.to_builtins(refusal(Rejected(503, reason, "because")).body)  # the JSON object, as sent
     told = body["shouldRetry"]
-    assert told == (reason in ("buffer_full", "rate_limited", "internal_error", "shutting_down",
-                               "load_shedding", "connection_limit"))
+    assert told == (
+        reason
+        in ("buffer_full", "rate_limited", "internal_error", "shutting_down", "load_shedding", "connection_limit")
+    )
     for nack in (body, {k: v for k, v in body.items() if k != "shouldRetry"}):
         assert (not isinstance(_failure(nack), ProducerError)) == told, nack
+
+
+def test_the_receiver_answers_with_the_contracts_ack_and_nack(tmp_path: Path) -> None:
+    """Every ack and nack the receiver sends decodes as :data:`cdclake.contracts.protocol.Reply`
+    (its enums and bounds held) and encodes back to the same bytes: the contract is the wire."""
+    from starlette.testclient import TestClient
+
+    from receiver.app import create_app
+    from tests.support import make_settings
+
+    reply = msgspec.json.Decoder(Reply)
+    good = batch()
+    settings = make_settings(tmp_path, rate_limit_burst=3, rate_limit_per_s=0.01)
+    with TestClient(create_app(settings)) as c:
+        sent = [c.post("/v1/batches", json=b).content for b in (good, good, {**good, "sequenceNumber": 9}, {})]
+        sent += [c.post("/v1/batches", json=good).content, c.post("/v1/batches", content=b"{").content]
+        with c.websocket_connect("/v1/stream") as ws:
+            ws.send_json({"type": "connect", "sourceDoId": "other", "protocolVersion": 2})
+            sent.append(ws.receive_text().encode())
+    kinds = [reply.decode(body) for body in sent]
+    assert [type(k).__name__ for k in kinds] == ["Ack", "Ack", "Nack", "Nack", "Nack", "Nack", "Nack"], sent
+    assert [msgspec.json.encode(k) for k in kinds] == sent

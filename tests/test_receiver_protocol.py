@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from cdclake import staging
 from cdclake.staging import Receipt
 from receiver.app import create_app
-from receiver.landing import IN_FLIGHT_S
+from receiver.claim import IN_FLIGHT_S
 from tests.support import make_settings
 
 
@@ -97,7 +97,7 @@ def test_dead_claim_is_taken_over_without_landing_twice(home: Path) -> None:
     store = staging.LocalStaging(root)
     b2 = batch(2, ev(10, "users"), ev(11, "orders"))
     from cdclake.contracts.events import decode_batch
-    from receiver.landing import Prepared
+    from receiver.prepared import Prepared
 
     p = Prepared.from_batch(decode_batch(json.dumps(b2).encode()))
     old_ms = int((time.time() - IN_FLIGHT_S - 5) * 1000)
@@ -123,7 +123,7 @@ def test_young_claim_of_another_replica_gets_a_retryable_503(home: Path) -> None
     store = staging.LocalStaging(home / "staging")
     b1 = batch(1)
     from cdclake.contracts.events import decode_batch
-    from receiver.landing import Prepared
+    from receiver.prepared import Prepared
 
     p = Prepared.from_batch(decode_batch(json.dumps(b1).encode()))
     now = int(time.time() * 1000)

@@ -65,7 +65,7 @@ BATCH_MAX_SIZE = 200
 # Retries: the sink (3.6.0.Final, HttpChangeConsumer) treats every non-2xx answer and every I/O
 # error (connection refused, timeout) alike: it sleeps retry.interval.ms, a fixed pause that
 # ignores Retry-After, posts the same events again, and after `retries` attempts in all throws,
-# which stops Debezium Server. The receiver's retryable refusals (receiver/service.py,
+# which stops Debezium Server. The receiver's retryable refusals (receiver/admission.py, answer.py,
 # receiver/backlog.py) are 429 rate_limited (at the default rate) / connection_limit and 503
 # shutting_down / internal_error with Retry-After 1, and 503 buffer_full with Retry-After 5
 # (retryDelayMs 5000), the backpressure answer: it lasts until cdc_apply has applied the backlog,

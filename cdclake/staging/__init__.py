@@ -119,7 +119,7 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
 
 
 class Receipt(msgspec.Struct):
-    """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.landing`),
+    """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.claim`),
     read back there and by the clean-up (:mod:`cdclake.lake.cleanup`)."""
 
     source: str

@@ -46,7 +46,7 @@ MAX_POOL_CONNECTIONS = 32
 
 # Codes by which a conditional create loses. 409 ConditionalRequestConflict is AWS's answer while
 # another conditional write to the key is in flight: that one may still fail, so "exists" is not
-# certain. The caller must (and receiver/landing.py does) read the object after a False and try
+# certain. The caller must (and receiver/claim.py does) read the object after a False and try
 # again if it finds none.
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
