@@ -125,7 +125,7 @@ def apply_table(
     phases.end("merge")
     fill_defaults(spark, settings, table, result)
 
-    fitted.rows.unpersist()
+    fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
     return result
 

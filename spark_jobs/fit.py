@@ -43,13 +43,19 @@ class Fitted:
     quarantined: int
     unavailable: list[str]  # columns holding a placeholder in some event
     ranges: list[tuple[str, int, int]]  # per producer: lowest and highest sequence
+    cached: DataFrame  # ``rows``, or what they are derived from when corrupt events were explained
+
+    def release(self) -> None:
+        """Unpersist the one cached DataFrame: ``rows`` may be a plan on top of it, and
+        unpersisting that would leave the cache in place (a Connect server outlives runs)."""
+        self.cached.unpersist()
 
 
 def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType | None) -> Fitted:
     """:func:`fit_to_table`, cached, and its counts; corrupt events explained only when there are any."""
     # Cached with every column: which events the parser calls corrupt depends on the columns a
     # scan reads, so every later use must see this one parse.
-    fitted = fit_to_table(rows, target, limits).cache()
+    fitted = cached = fit_to_table(rows, target, limits).cache()
     # One pass (parse, dedup, fit, cache) gives every count, per producer, and the unavailable columns.
     per_source = (
         fitted.groupBy(SOURCE)
@@ -80,6 +86,7 @@ def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType |
         quarantined=n_quarantined,
         unavailable=unavailable,
         ranges=[(r[SOURCE], r["low"], r["high"]) for r in per_source],
+        cached=cached,
     )
 
 

@@ -9,13 +9,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import tenacity
 from pyspark.sql import SparkSession
 
 T = TypeVar("T")
 
 
 def run_main(app_name: str, main: Callable[[SparkSession, Sequence[str]], Any]) -> None:
-    """The job as a script: under spark-submit the catalog conf and jars come from the command line."""
+    """The job as a script: under spark-submit the catalog conf and jars come from the command line.
+    On Spark Connect the DAG's task calls the same ``main`` in a session of its own
+    (cdclake.orchestration.submit.run_job)."""
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     try:
         main(spark, sys.argv[1:])
@@ -30,29 +33,44 @@ def report(result: dict[str, Any]) -> None:
 
 def commit_conflict(exc: BaseException) -> bool:
     """Another writer committed first: Iceberg's optimistic commit failed, or its validation
-    names a conflict."""
+    names a conflict. The apply's predicate: its other validation failures (a schema change the
+    table refuses) fail the same way again, and one attempt re-reads and re-fits the whole run."""
     text = str(exc)
     return "CommitFailedException" in text or ("ValidationException" in text and "onflict" in text)
 
 
 def commit_or_validation_failure(exc: BaseException) -> bool:
-    """:func:`commit_conflict`, or any failed validation: a maintenance procedure plans again
-    from the table as it is, so every validation failure is worth another attempt."""
+    """:func:`commit_conflict`, or any failed validation: maintenance's predicate. A maintenance
+    procedure plans again from the table as it is, so every validation failure is worth another
+    attempt; a rewrite that a concurrent delete overtook fails validation without naming a
+    conflict ("found new position delete for replaced data file")."""
     text = str(exc)
     return "CommitFailedException" in text or "ValidationException" in text
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # looked up per call, so a test's monkeypatched time.sleep applies
 
 
 def with_retries(
     what: str, fn: Callable[[], T], retry_on: Callable[[BaseException], bool] = commit_conflict, attempts: int = 3
 ) -> T:
-    """``fn()``, again (after 1 s, 2 s, ...) while it fails with what ``retry_on`` accepts;
-    ``what`` completes the log line ("on orders", "in rewrite_manifests orders")."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if attempt == attempts or not retry_on(exc):
-                raise
-            print(f"cdclake: commit conflict {what} (attempt {attempt}), retrying", file=sys.stderr)
-            time.sleep(attempt)
-    raise AssertionError("unreachable")
+    """``fn()``, again (after 1 s, 2 s, ...) while it fails with what ``retry_on`` accepts, at
+    most ``attempts`` times in all; then its last error. The one commit retry of every job: the
+    apply passes :func:`commit_conflict` (the default), maintenance
+    :func:`commit_or_validation_failure`. ``what`` completes the log line ("on orders", "in
+    rewrite_manifests orders")."""
+
+    def say(state: tenacity.RetryCallState) -> None:
+        print(f"cdclake: commit conflict {what} (attempt {state.attempt_number}), retrying", file=sys.stderr)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=tenacity.wait_incrementing(start=1, increment=1),
+        # Exceptions only, as ever: an interrupt or SystemExit is never retried.
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, Exception) and retry_on(exc)),
+        before_sleep=say,
+        sleep=_sleep,
+        reraise=True,
+    )
+    return retrying(fn)

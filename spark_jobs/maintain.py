@@ -33,6 +33,7 @@ MIN_INPUT_FILES = 5  # the seed's minFilesToCompact
 
 
 def _retried(what: str, fn: Callable[[], T]) -> T:
+    """The jobs' commit retry, on any failed validation too (see commit_or_validation_failure)."""
     return with_retries(f"in {what}", fn, retry_on=commit_or_validation_failure)
 
 

@@ -23,10 +23,12 @@ def _client(answers: list[int], seen: list[str]) -> AirflowClient:
 
 
 def test_an_idempotent_request_is_retried_through_database_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("cdclake.orchestration.airflow_api.time.sleep", lambda s: None)
+    waited: list[float] = []
+    monkeypatch.setattr("cdclake.orchestration.airflow_api.time.sleep", waited.append)
     seen: list[str] = []
     _client([500, 500, 200], seen).unpause("cdc_apply")
     assert seen == ["PATCH"] * 3
+    assert waited == [2.0, 2.0]
 
 
 def test_retries_end_and_a_post_is_never_resent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,3 +41,14 @@ def test_retries_end_and_a_post_is_never_resent(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(AirflowError, match="HTTP 500"):
         _client([500, 200], seen).trigger("cdc_apply")
     assert seen == ["POST"]
+
+
+def test_an_expired_token_is_renewed_once_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cdclake.orchestration.airflow_api.time.sleep", lambda s: None)
+    seen: list[str] = []
+    _client([401, 500, 200], seen).unpause("cdc_apply")  # the 401's resend is no retry
+    assert seen == ["PATCH"] * 3
+    seen.clear()
+    with pytest.raises(AirflowError, match="HTTP 401"):
+        _client([401, 401, 200], seen).unpause("cdc_apply")
+    assert seen == ["PATCH"] * 2

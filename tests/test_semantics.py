@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, StructType
+from pyspark.storagelevel import StorageLevel
 
 from cdclake.config.settings import Settings
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX
@@ -71,6 +72,29 @@ def test_values_that_do_not_fit_are_quarantined_and_the_rest_applies(spark: Any,
         "2": 'column v: string "abc" does not fit bigint',
         "3": 'column v: string "7" does not fit bigint',
     }
+
+
+def test_the_run_releases_its_cached_events_when_some_are_corrupt(
+    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fitted rows are cached once; explaining corrupt events derives another DataFrame from
+    them, and the run must unpersist the cached one (a Spark Connect server outlives runs)."""
+    import spark_jobs.fit as fit
+
+    stage(settings, [batch(1, ev(1, "INSERT", "1", {"id": 1, "v": 10}))])
+    apply_all(spark, settings)  # v bigint
+    stage(settings, [batch(2, ev(2, "INSERT", "2", {"id": 2, "v": "abc"}), ev(3, "INSERT", "3", {"id": 3, "v": 3}))])
+    cached: list[Any] = []
+    real = fit.fit_to_table
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        cached.append(real(*args, **kwargs))
+        return cached[-1]
+
+    monkeypatch.setattr(fit, "fit_to_table", recording)
+    (r,) = apply_all(spark, settings)
+    assert (r["quarantined"], r["applied"]) == (1, 1) and len(cached) == 1
+    assert cached[0].storageLevel == StorageLevel.NONE, "the run left its events cached"
 
 
 def test_safe_widening_is_applied_to_the_table(spark: Any, settings: Settings) -> None:

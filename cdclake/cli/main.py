@@ -215,9 +215,7 @@ def demo(settings: Settings, keep_running: bool) -> int:
                     f"SELECT id, name, tier, balance, _cdc_seq, _cdc_ts FROM {ns}.customers ORDER BY id LIMIT 10",
                     f"SELECT order_id, status, amount, items FROM {ns}.orders ORDER BY order_id LIMIT 5",
                     "SELECT snapshot_id, "
-                    + ", ".join(
-                        f"summary['{count_key(k)}'] AS {k}" for k in EVENT_COUNTS
-                    )
+                    + ", ".join(f"summary['{count_key(k)}'] AS {k}" for k in EVENT_COUNTS)
                     + f" FROM {ns}.orders.snapshots",
                     f"SELECT _cdc_seq, _cdc_operation, _cdc_outcome, status, amount FROM {ns}.orders__changes "
                     f"WHERE _cdc_row_id = '7' ORDER BY _cdc_seq",
@@ -292,7 +290,7 @@ time travel in SQL (times are UTC):
 # What the subcommands import and the `client` extra does not install (pyproject's `pipeline` extra).
 PIPELINE_MODULES = frozenset(
     {"airflow", "pyspark", "pyiceberg", "pyarrow", "sqlalchemy", "boto3", "botocore", "starlette", "uvicorn"}
-    | {"anyio", "pydantic", "psutil", "psycopg2", "pymysql"}
+    | {"anyio", "pydantic", "psutil", "psycopg2", "pymysql", "tenacity"}
 )
 
 

@@ -5,15 +5,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
+if TYPE_CHECKING:
+    import tenacity
+
 TERMINAL = {"success", "failed"}
+IDEMPOTENT = ("GET", "PUT", "PATCH", "DELETE")
 
 
 class AirflowError(RuntimeError):
     pass
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # looked up per call, so a test's monkeypatched time.sleep applies
+
+
+def _last_answer(state: tenacity.RetryCallState) -> httpx.Response:
+    """Out of attempts: the last answer, not tenacity's RetryError."""
+    assert state.outcome is not None
+    response: httpx.Response = state.outcome.result()
+    return response
 
 
 class AirflowClient:
@@ -36,21 +51,34 @@ class AirflowClient:
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         # Airflow on SQLite answers 500 "Database error" when a write waits past SQLite's busy
         # timeout (the scheduler and task heartbeats hold the one writer lock): an idempotent
-        # request is sent again after a pause; a POST is not (it may have taken effect).
-        retries = 4 if method.upper() in ("GET", "PUT", "PATCH", "DELETE") else 0
+        # request is sent again after a pause, 4 times at most; a POST is not (it may have taken
+        # effect). The last answer is returned either way, for the caller to judge.
+        import tenacity  # the pipeline's: `cdclake` imports this module in a client-only install too
+
         relogged = False
-        while True:
-            if self._token is None:
-                self._token = self._login()
-            r = self._http.request(method, path, headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
+
+        def once() -> httpx.Response:
+            nonlocal relogged
+            r = self._send(method, path, **kwargs)
             if r.status_code == 401 and not relogged:
-                self._token, relogged = None, True  # expired: log in again once
-                continue
-            if r.status_code in (500, 503) and retries:
-                retries -= 1
-                time.sleep(2.0)
-                continue
+                self._token, relogged = None, True  # expired: log in again, once per request
+                r = self._send(method, path, **kwargs)
             return r
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(5 if method.upper() in IDEMPOTENT else 1),
+            wait=tenacity.wait_fixed(2.0),
+            retry=tenacity.retry_if_result(lambda r: r.status_code in (500, 503)),
+            retry_error_callback=_last_answer,
+            sleep=_sleep,
+        )
+        response: httpx.Response = retrying(once)
+        return response
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if self._token is None:
+            self._token = self._login()
+        return self._http.request(method, path, headers={"Authorization": f"Bearer {self._token}"}, **kwargs)
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         r = self.request(method, path, **kwargs)
