@@ -102,30 +102,32 @@ def apply_table(
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
     fitted = fit(rows, target, limits, after)
     phases.end("fit")
+    # The cache fit() made goes whatever happens next: a retried commit conflict runs apply_table
+    # again, and a long-lived Connect server would keep every failed attempt's cache.
+    try:
+        marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, p.names if p.resumed else ())
+        phases.end("history")
 
-    marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, p.names if p.resumed else ())
-    phases.end("history")
+        valid, quarantined, n_unresolved = settle(marked, fitted.unavailable, spark.table(ident))
+        classified = decide(p.run, valid)
+        phases.end("classify")
 
-    valid, quarantined, n_unresolved = settle(marked, fitted.unavailable, spark.table(ident))
-    classified = decide(p.run, valid)
-    phases.end("classify")
+        n_quarantined = fitted.quarantined - n_seen_quarantined + n_unresolved
+        tally = account(table, classified, fitted, n_seen, n_quarantined)
+        phases.end("count")
 
-    n_quarantined = fitted.quarantined - n_seen_quarantined + n_unresolved
-    tally = account(table, classified, fitted, n_seen, n_quarantined)
-    phases.end("count")
+        crash("before-write", crash_at)
+        log_decisions(p, quarantined, classified, target, tally)
+        crash("after-aux", crash_at)
+        phases.end("side_tables")
 
-    crash("before-write", crash_at)
-    log_decisions(p, quarantined, classified, target, tally)
-    crash("after-aux", crash_at)
-    phases.end("side_tables")
-
-    applied = classified.where(F.col(OUTCOME) == "applied")
-    commit_table(p, applied, target, fitted.unavailable, tally, crash_at)
-    crash("after-commit", crash_at)
-    phases.end("merge")
-    fill_defaults(spark, settings, table, result)
-
-    fitted.release()
+        applied = classified.where(F.col(OUTCOME) == "applied")
+        commit_table(p, applied, target, fitted.unavailable, tally, crash_at)
+        crash("after-commit", crash_at)
+        phases.end("merge")
+        fill_defaults(spark, settings, table, result)
+    finally:
+        fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
     return result
 

@@ -97,6 +97,32 @@ def test_the_run_releases_its_cached_events_when_some_are_corrupt(
     assert cached[0].storageLevel == StorageLevel.NONE, "the run left its events cached"
 
 
+def test_a_failed_commit_releases_the_cached_events_too(
+    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that fails (a conflict the retry will run again) must not leave the attempt's
+    cache behind on a long-lived Spark Connect server."""
+    import spark_jobs.apply as apply
+    import spark_jobs.fit as fit
+
+    stage(settings, [batch(1, ev(1, "INSERT", "1", {"id": 1, "v": 10}))])
+    cached: list[Any] = []
+    real = fit.fit_to_table
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        cached.append(real(*args, **kwargs))
+        return cached[-1]
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("simulated commit failure")
+
+    monkeypatch.setattr(fit, "fit_to_table", recording)
+    monkeypatch.setattr(apply, "commit_table", failing)
+    with pytest.raises(RuntimeError, match="simulated commit failure"):
+        apply.apply_table(spark, settings, "t", max_objects=10)
+    assert len(cached) == 1 and cached[0].storageLevel == StorageLevel.NONE, "the failed run left its events cached"
+
+
 def test_safe_widening_is_applied_to_the_table(spark: Any, settings: Settings) -> None:
     ident = table_ident(settings, "t")
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
