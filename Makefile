@@ -31,7 +31,7 @@ test-fast: setup
 test-hostile: setup
 	@CDCLAKE_HOSTILE_EXAMPLES=$(or $(N),2000) CDCLAKE_HOSTILE_SPARK_EXAMPLES=$(or $(SPARK_N),40) \
 		CDCLAKE_SCHEMATHESIS_EXAMPLES=$(or $(N),2000) CDCLAKE_SCHEMATHESIS_SHRINK=1 \
-		$(PY) -m pytest tests/test_hostile.py tests/test_schemathesis.py $(ARGS)
+		$(PY) -m pytest tests/receiver/test_hostile.py tests/receiver/test_schemathesis.py $(ARGS)
 
 lint: setup
 	@.venv/bin/ruff check cdclake receiver restcatalog spark_jobs dags plugins tests
@@ -47,25 +47,25 @@ clean-state:
 
 # Benchmarks are not tests: `make bench` (small) or `make bench ARGS="--events 1000000 --keys 300000 --base-rows 1000000"`
 bench: setup
-	@$(PY) -m tests.bench_apply $(ARGS)
+	@$(PY) -m tests.bench.apply $(ARGS)
 
 # Receiver ingest vs the decode+fsync floor: `make bench-receiver` or `make bench-receiver ARGS="--seconds 20 --s3"`
 bench-receiver: setup
-	@$(PY) -m tests.bench_receiver $(ARGS)
+	@$(PY) -m tests.bench.receiver $(ARGS)
 
 # Ack -> visible in Spark SQL with Airflow in the loop, Spark Connect vs spark-submit: `make bench-freshness`
 bench-freshness: setup
-	@$(PY) -m tests.bench_freshness $(ARGS)
+	@$(PY) -m tests.bench.freshness $(ARGS)
 
 # Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
 bench-compaction: setup
-	@$(PY) -m tests.bench_compaction $(ARGS)
+	@$(PY) -m tests.bench.compaction $(ARGS)
 
 # REST catalog server vs the SQL catalog used directly (load latency, commit throughput): `make bench-rest`
 bench-rest: setup
-	@$(PY) -m tests.bench_rest $(ARGS)
+	@$(PY) -m tests.bench.rest $(ARGS)
 
 # Apply throughput on a Spark standalone cluster, 1 vs 2 one-core workers (on 2 cores: overhead, not speed-up):
 # `make bench-scale` or `make bench-scale ARGS="--events 20000 --repeat 2"`
 bench-scale: setup
-	@$(PY) -m tests.bench_scale $(ARGS)
+	@$(PY) -m tests.bench.scale $(ARGS)

@@ -3,7 +3,7 @@
 ``contracts`` (events, names, column types, the wire protocol, the watermark, Debezium) <-
 ``config`` <- ``staging`` <- ``lake`` <- ``service`` <- ``orchestration`` <- ``dev`` <- ``cli``;
 ``client`` (the producer SDK) stands on ``contracts`` alone. ARCHITECTURE.md draws the layers and
-tests/test_import_graph.py enforces them. The services, the Spark jobs and the DAGs import this
+tests/project/test_import_graph.py enforces them. The services, the Spark jobs and the DAGs import this
 package, never ``dev`` or ``cli``; it imports none of them (the CLI starts the REST catalog from
 inside ``cdclake.cli.main.rest``). Heavy backends (pyspark, pyiceberg, boto3) are imported lazily
 inside the functions that need them.

@@ -2,7 +2,7 @@
 
 The Iceberg REST spec is the contract; this document describes the subset served here (and the
 two partition listings it adds), with request bodies from the models the handlers parse with,
-so it cannot drift from validation. Schema-driven fuzzing (tests/test_schemathesis.py) reads it.
+so it cannot drift from validation. Schema-driven fuzzing (tests/receiver/test_schemathesis.py) reads it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # Builds a venv from cdclake's `client` extra alone: what `pip install "cdclake[client]"` gives a
 # producer, at the versions of requirements.lock (as constraints; the project itself editable).
 #   scripts/client-venv.sh [DIR] [--offline]      (DIR defaults to .venv-client)
-# scripts/setup.sh builds .venv-client with it; tests/test_packaging.py checks that it imports
+# scripts/setup.sh builds .venv-client with it; tests/project/test_packaging.py checks that it imports
 # cdclake.client and holds no Airflow, Spark or Iceberg, and rebuilds it --offline (from the uv
 # cache the main .venv was installed from, a few seconds) into a temporary directory when stale.
 # Needs the main .venv (its uv and its Python). Idempotent: a stamp names lock + pyproject.

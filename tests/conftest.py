@@ -111,4 +111,4 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # The real S3 server (SeaweedFS on 127.0.0.1), started once per session by the tests that ask.
-from tests.s3server import s3server  # noqa: E402, F401
+from tests.support.s3server import s3server  # noqa: E402, F401

@@ -5,7 +5,7 @@ directory. :func:`properties` builds the settings for one source database (Postg
 ``pgoutput``, or MariaDB/MySQL through the binlog) and the HTTP sink pointed at the receiver's
 ``/v1/debezium``; :func:`render` writes them in the ``.properties`` syntax with every value
 escaped, so passwords and table names arrive as written. The test harness
-(``tests/debezium_server.py``) runs Debezium Server on exactly this output.
+(``tests/support/debezium_server.py``) runs Debezium Server on exactly this output.
 
 Settings of Debezium's HTTP sink (``debezium-server-http`` 3.6.0.Final,
 ``HttpChangeConsumerConfig``), all under ``debezium.sink.http.``:
@@ -57,7 +57,7 @@ DEFAULT_HTTP_PORT = 8089
 
 # Recommended sink settings (the defaults of :class:`Sink`, so of ``cdclake debezium``).
 #
-# Batching: measured with tests/bench_debezium.py (README, "Debezium Server's HTTP sink"), one
+# Batching: measured with tests/bench/debezium.py (README, "Debezium Server's HTTP sink"), one
 # event per request (Debezium's default) moved 11 events/s against the receiver's per-producer
 # rate limit; 200 events per request 975 events/s. 200 also keeps a request small next to
 # CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB: rows up to ~160 KiB), which the sink cannot split.

@@ -149,7 +149,7 @@ def snapshots(settings: Settings, table: str, fmt: str) -> int:
 
 
 def rest() -> int:
-    # Imported here, not at the top: cdclake is the layer below the services (tests/test_import_graph.py
+    # Imported here, not at the top: cdclake is the layer below the services (tests/project/test_import_graph.py
     # lists this one entry point), and no other command should load uvicorn, Starlette and pyiceberg.
     from restcatalog.__main__ import main as serve
 

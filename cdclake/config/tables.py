@@ -42,7 +42,7 @@ from cdclake.config.settings import Settings, SettingsError
 from cdclake.contracts import coltypes
 
 MERGE_MODES = ("copy-on-write", "merge-on-read")
-# Measured (tests/bench_apply.py, 1M events over 300k random keys into a 1M-row table): random keys
+# Measured (tests/bench/apply.py, 1M events over 300k random keys into a 1M-row table): random keys
 # touch every data file, so copy-on-write rewrites the whole table on every apply, while
 # merge-on-read writes the changed rows plus position deletes. Compaction folds the deletes back.
 DEFAULT_MERGE_MODE = "merge-on-read"

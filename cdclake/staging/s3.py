@@ -7,7 +7,7 @@ Object keys are ``<prefix>/<path>`` in one bucket, with the same layout as
 Exclusive create is a conditional PUT (``If-None-Match: *``). The store must enforce it: AWS S3
 does since 2024-08, and SeaweedFS does for single-part PUTs (which is all this module issues:
 ``put_object`` never switches to multipart). A store that ignores the header would silently
-overwrite, so tests/test_s3staging.py checks it against a real server.
+overwrite, so tests/staging/test_s3staging.py checks it against a real server.
 
 One :class:`S3Staging` may be shared by threads: a boto3 *client* is thread-safe (a boto3
 session or resource is not, which is why the client is built once, from a private session, in

@@ -1,0 +1,313 @@
+"""Apply benchmark (not a test): `make bench` or
+    .venv/bin/python -m tests.bench.apply --events 1000000 --keys 300000 --base-rows 1000000
+
+One CDC workload (70/25/5 insert/update/delete, 10% duplicates, some out of order) against a
+table that already holds --base-rows rows, applied by
+  (a) our Spark job (spark_jobs.apply.apply_table, in-process local[2] session, warm JVM),
+  (b) pyiceberg on the same deduplicated changes: delete the changed keys, append the new rows,
+  (c) the floor: the same final state computed by pyarrow in one process, written as Parquet.
+Reports wall seconds, events/s and the ratios, and peak RSS of each process tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from cdclake import staging
+from cdclake.config.settings import load
+
+T0_MS = 1_767_225_600_000
+
+
+@contextmanager
+def peak_rss() -> Iterator[dict[str, float]]:
+    """Peak RSS (MiB) of this process and its children (the Spark JVM), sampled every 0.2 s."""
+    out = {"peak_mib": 0.0}
+    stop = threading.Event()
+    me = psutil.Process()
+
+    def sample() -> None:
+        while not stop.is_set():
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    total += p.memory_info().rss
+            out["peak_mib"] = max(out["peak_mib"], total / 2**20)
+            stop.wait(0.2)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        t.join()
+
+
+def base_rows(n: int) -> pa.Table:
+    ids = pa.array(range(n), pa.int64())
+    return pa.table(
+        {
+            "_cdc_row_id": pc.cast(ids, pa.string()),
+            "id": ids,
+            "name": pc.binary_join_element_wise("name-", pc.cast(ids, pa.string()), ""),
+            "amount": pc.multiply(pc.cast(ids, pa.float64()), 0.5),
+            "status": pa.array(["base"] * n),
+            "_cdc_seq": pa.array([0] * n, pa.int64()),
+            "_cdc_ts": pa.array([T0_MS * 1000] * n, pa.timestamp("us", tz="UTC")),
+            "_cdc_source": pa.array(["base"] * n),
+        }
+    )
+
+
+def workload(events: int, keys: int, base: int, seed: int = 1) -> list[dict[str, Any]]:
+    """Events in arrival order: 70/25/5 insert/update/delete, 10% re-sent, 2% moved later."""
+    rng = random.Random(seed)
+    out = []
+    next_new = base
+    for seq in range(1, events + 1):
+        r = rng.random()
+        if r < 0.70:
+            key, op = next_new, "INSERT"
+            next_new += 1
+        else:
+            key = rng.randrange(0, min(next_new, base + keys))
+            op = "UPDATE" if r < 0.95 else "DELETE"
+        ev: dict[str, Any] = {
+            "source": "bench",
+            "batchSequence": seq // 10_000,
+            "sequence": seq,
+            "timestamp": T0_MS + seq,
+            "operation": op,
+            "rowId": str(key),
+        }
+        if op != "DELETE":
+            ev["after"] = {"id": key, "name": f"name-{key}", "amount": seq * 0.25 + 0.5, "status": op.lower()}
+        out.append(ev)
+    out += [out[rng.randrange(len(out))] for _ in range(events // 10)]  # duplicates
+    for _ in range(events // 50):  # out of order
+        i, j = rng.randrange(len(out)), rng.randrange(len(out))
+        out[i], out[j] = out[j], out[i]
+    return out
+
+
+def stage_events(root: Path, table: str, evs: list[dict[str, Any]], per_object: int = 20_000) -> list[Path]:
+    store = staging.LocalStaging(root)
+    paths = []
+    for n, i in enumerate(range(0, len(evs), per_object)):
+        key = staging.make_key(table, "bench", n, T0_MS + n)
+        store.put(key, "".join(json.dumps(e) + "\n" for e in evs[i : i + per_object]).encode())
+        paths.append(root / key.path)
+    return paths
+
+
+def latest_changes(paths: list[Path]) -> pa.Table:
+    """Dedup + newest event per key with pyarrow (the floor's own logic, shared by (b))."""
+    t = pa.concat_tables([pj.read_json(p) for p in paths], promote_options="default")
+    # Newest first within each key; the first row of each key wins (its re-sent copies and
+    # older events follow it and are dropped).
+    t = t.take(pc.sort_indices(t, [("rowId", "ascending"), ("sequence", "descending"), ("source", "descending")]))
+    keys = t["rowId"].combine_chunks()
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    return t.filter(pa.concat_arrays([pa.array([True]), first]))
+
+
+def final_rows(base: pa.Table, latest: pa.Table) -> pa.Table:
+    changed = pc.is_in(base["_cdc_row_id"], value_set=latest["rowId"])
+    kept = base.filter(pc.invert(changed))
+    live = latest.filter(pc.not_equal(latest["operation"], "DELETE"))
+    after = live["after"].combine_chunks()
+    new = pa.table(
+        {
+            "_cdc_row_id": live["rowId"],
+            "id": after.field("id"),
+            "name": after.field("name"),
+            "amount": after.field("amount"),
+            "status": after.field("status"),
+            "_cdc_seq": live["sequence"],
+            "_cdc_ts": pc.cast(pc.multiply(live["timestamp"], 1000), pa.timestamp("us", tz="UTC")),
+            "_cdc_source": live["source"],
+        }
+    )
+    return pa.concat_tables([kept, new.cast(kept.schema)])
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its children (the Spark JVM) so far."""
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any, float]:
+    with peak_rss() as rss:
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        out = fn()
+        dt = time.perf_counter() - t0
+    print(f"[bench] cpu {cpu_seconds() - c0:.1f}s over {dt:.1f}s wall", flush=True)
+    return dt, out, rss["peak_mib"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--keys", type=int, default=60_000)
+    ap.add_argument("--base-rows", type=int, default=200_000)
+    ap.add_argument("--skip", default="", help="comma list of a,b,c to skip")
+    ap.add_argument(
+        "--pad-rows",
+        type=int,
+        default=0,
+        help="extra rows in (a)'s table, keys the batch never touches: table-size growth with the same batch",
+    )
+    ap.add_argument("--merge-mode", default=None, help="(a)'s table: copy-on-write or merge-on-read (default: ours)")
+    ap.add_argument("--partition-by", default="", help="(a)'s table: ';'-separated transforms, e.g. 'bucket(8, k)'")
+    ap.add_argument("--conf", action="append", default=[], help="(a)'s Spark session: KEY=VALUE, repeatable")
+    ap.add_argument(
+        "--cpu-phases", action="store_true", help="(a)'s phases in CPU seconds of the process tree (busy machines)"
+    )
+    args = ap.parse_args()
+    skip = set(args.skip.split(",")) - {""}
+    home = Path(tempfile.mkdtemp(prefix="cdclake-bench-"))
+    os.environ["CDCLAKE_HOME"] = str(home)
+    if args.merge_mode or args.partition_by:
+        parts = [p.strip() for p in args.partition_by.split(";") if p.strip()]
+        lines = [f"partition_by = {json.dumps(parts)}"]
+        lines += [f'merge_mode = "{args.merge_mode}"'] if args.merge_mode else []
+        (home / "tables.toml").write_text("[defaults]\n" + "\n".join(lines) + "\n")
+        os.environ["CDCLAKE_TABLE_CONFIG"] = str(home / "tables.toml")
+    settings = load()
+    print(f"[bench] home {home}; generating {args.events} events over a {args.base_rows}-row table", flush=True)
+    evs = workload(args.events, args.keys, args.base_rows)
+    paths = stage_events(settings.staging_dir, "bench", evs)
+    base = base_rows(args.base_rows)
+    n_events = len(evs)
+    results: dict[str, tuple[float, float]] = {}
+
+    if "c" not in skip:
+
+        def floor() -> int:
+            out = final_rows(base, latest_changes(paths))
+            pq.write_table(out, home / "floor.parquet")
+            return int(out.num_rows)
+
+        dt, rows_c, rss = timed(floor)
+        results["c"] = (dt, rss)
+        print(f"[bench] (c) pyarrow floor: {dt:.1f}s, {rows_c} rows, peak RSS {rss:.0f} MiB", flush=True)
+
+    if "b" not in skip:
+        from pyiceberg.expressions import In
+
+        from cdclake.lake.catalog import open_catalog
+
+        cat = open_catalog(settings)
+        cat.create_namespace_if_not_exists("pyice")
+        tbl = cat.create_table(("pyice", "bench"), schema=base.schema)
+        tbl.append(base)
+        latest = latest_changes(paths)  # the same deduplicated data, not timed
+
+        def pyiceberg_apply() -> None:
+            with tbl.transaction() as tx:
+                tx.delete(In("_cdc_row_id", set(latest["rowId"].to_pylist())))  # type: ignore[call-arg,arg-type]
+                tx.append(final_rows(base.slice(0, 0), latest))
+
+        dt, _, rss = timed(pyiceberg_apply)
+        results["b"] = (dt, rss)
+        print(
+            f"[bench] (b) pyiceberg delete+append: {dt:.1f}s, {tbl.scan().count()} rows, peak RSS {rss:.0f} MiB",
+            flush=True,
+        )
+
+    if "a" not in skip:
+        import spark_jobs.apply as job
+        from cdclake.config.tables import load_table_config
+        from cdclake.lake.spark import session, table_ident
+        from spark_jobs.apply import apply_table
+        from spark_jobs.system import KEY
+        from spark_jobs.table import apply_options
+
+        if args.cpu_phases:
+
+            class CpuClock:
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(time, name)
+
+                monotonic = staticmethod(cpu_seconds)
+
+            job.time = CpuClock()  # type: ignore[assignment,attr-defined]
+
+        spark = session(settings, "cdclake-bench")
+        spark.sparkContext.setLogLevel("ERROR")
+        for kv in args.conf:
+            spark.conf.set(*kv.split("=", 1))
+        ident = table_ident(settings, "bench")
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
+        spark.sql(
+            f"CREATE TABLE {ident} ({KEY} string NOT NULL, id bigint, name string, amount double, status string, "
+            "_cdc_seq bigint, _cdc_ts timestamp, _cdc_source string) USING iceberg"
+        )
+        spark.sql(f"ALTER TABLE {ident} SET IDENTIFIER FIELDS {KEY}")
+        # As the job configures a new table, before any data (partition fields then cover the base rows).
+        apply_options(spark, ident, spark.table(ident).schema, load_table_config(settings).for_table("bench"))
+        pq.write_table(base, home / "base.parquet")
+        spark.conf.set("spark.sql.iceberg.check-nullability", "false")  # parquet columns are all nullable
+        spark.read.parquet(str(home / "base.parquet")).writeTo(ident).append()
+        if args.pad_rows:
+            print(f"[bench] padding (a)'s table with {args.pad_rows} rows the batch never touches", flush=True)
+            spark.range(args.pad_rows).selectExpr(
+                f"cast(id + {10**12} as string) as {KEY}",
+                f"id + {10**12} as id",
+                "concat('name-', id) as name",
+                "id * 0.5 as amount",
+                "'pad' as status",
+                "0L as _cdc_seq",
+                f"timestamp_micros({T0_MS * 1000}L) as _cdc_ts",
+                "'base' as _cdc_source",
+            ).writeTo(ident).append()
+        spark.conf.unset("spark.sql.iceberg.check-nullability")
+        dt, res, rss = timed(lambda: apply_table(spark, settings, "bench", 10_000))
+        results["a"] = (dt, rss)
+        print(
+            f"[bench] (a) cdclake Spark apply: {dt:.1f}s, {spark.table(ident).count()} rows, peak RSS {rss:.0f} MiB "
+            f"{json.dumps({k: res[k] for k in ('received', 'applied', 'duplicate', 'superseded', 'late', 'phases')})}",
+            flush=True,
+        )
+        spark.stop()
+
+    print(f"\n{'path':<34}{'seconds':>9}{'events/s':>12}{'peak RSS MiB':>14}")
+    names = {"a": "(a) cdclake Spark apply", "b": "(b) pyiceberg delete+append", "c": "(c) pyarrow floor"}
+    for k in ("a", "b", "c"):
+        if k in results:
+            dt, rss = results[k]
+            print(f"{names[k]:<34}{dt:>9.1f}{n_events / dt:>12,.0f}{rss:>14,.0f}")
+    if "a" in results and "b" in results:
+        print(f"(b)/(a) = {results['b'][0] / results['a'][0]:.2f}  (goal >= 3)")
+    if "a" in results and "c" in results:
+        print(f"(a)/(c) = {results['a'][0] / results['c'][0]:.2f}  (goal <= 4)")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

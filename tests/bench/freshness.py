@@ -1,0 +1,305 @@
+"""Freshness benchmark (not a test): `make bench-freshness` or
+    .venv/bin/python -m tests.bench.freshness [--modes connect,submit] [--seconds 120] [--rate 1000]
+
+The embedded stack (receiver + Airflow scheduler on SQLite + Spark local) with Airflow in the loop:
+producers send a steady ``--rate`` events/s over 3 tables through the real receiver; ``cdc_apply``
+runs on the receiver's Asset events. For every acked batch and table, the latency is
+
+    ack received by the producer  ->  commit of the first Iceberg snapshot of that table whose
+                                      consumed-staging watermark holds the batch's object
+
+i.e. from then on a new Spark SQL query sees the batch's effect (the commit IS visibility; the
+end of the run checks the tables against the reference model through Spark SQL).
+
+Each mode is one fresh stack, measured side by side in the same run:
+
+* ``connect``: jobs run in sessions on a long-lived Spark Connect server (the default);
+* ``submit``: one ``spark-submit`` (a fresh driver JVM) per task.
+
+Printed per mode: p50/p95/p99/max latency, and where the time goes, averaged over the apply runs:
+waiting for a run (asset debounce, scheduler, the previous run still going; max_active_runs=1),
+plan task, mapped-task start (executor + process + Spark session or JVM), the job's phases
+(list, read, fit, classify, count, side tables, merge = MERGE + commit), and task end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cdclake.client import Producer
+from cdclake.config.settings import load
+from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
+from cdclake.dev.stack import LocalStack, free_port
+from cdclake.lake.catalog import load_table
+from cdclake.staging import stores
+
+TABLES = ("customers", "orders", "products")
+
+
+def _ts(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s)) - 1))] if s else float("nan")
+
+
+class Load:
+    """``sources`` producer threads, each sending a batch every ``1 / batches_per_s`` seconds."""
+
+    def __init__(self, url: str, rate: int, sources: int, batches_per_s: float, keys: int, seed: int = 7) -> None:
+        self.url, self.sources, self.keys = url, sources, keys
+        self.per_batch = max(1, round(rate / sources / batches_per_s))
+        self.interval = 1.0 / batches_per_s
+        self.acked: list[tuple[str, int, float, int]] = []  # source, batch seq, ack wall time, events
+        self.sent: list[dict[str, Any]] = []  # batches as acked, for the reference model
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._seed = seed
+
+    def _run(self, n: int) -> None:
+        rng = random.Random(self._seed + n)
+        source = f"bench{self._seed}-{n}"
+        alive: dict[tuple[str, str], bool] = {}
+        seq = 0
+        next_at = time.monotonic()
+        with Producer(self.url, source, batch_size=100_000, start_sequence=1) as p:
+            while not self._stop.is_set():
+                events = []
+                for _ in range(self.per_batch):
+                    seq += 1
+                    table = TABLES[seq % 3]
+                    key = str(rng.randrange(self.keys))
+                    exists = alive.get((table, key), False)
+                    r = rng.random()
+                    if exists and r < 0.07:
+                        op, after = "DELETE", None
+                        alive[(table, key)] = False
+                    else:
+                        op = "UPDATE" if exists else "INSERT"
+                        after = {"id": int(key), "n": seq, "label": f"{table}-{key}-{seq}", "amount": seq + 0.5}
+                        alive[(table, key)] = True
+                    events.append(
+                        {"sequence": seq, "timestamp": int(time.time() * 1000), "operation": op}
+                        | {"table": table, "rowId": key, "after": after}
+                    )
+                try:
+                    ack = p.send_events(events)
+                except Exception as exc:  # recorded, the run goes on: a lost ack is a finding
+                    self.errors.append(f"{source}: {exc}")
+                    continue
+                now = time.time()
+                with self._lock:
+                    self.acked.append((source, ack.sequence_number, now, len(events)))
+                    self.sent.append({"source": source, "sequenceNumber": ack.sequence_number, "events": events})
+                next_at += self.interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def run_for(self, seconds: float) -> None:
+        threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(self.sources)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        self._stop.set()
+        for t in threads:
+            t.join(timeout=60)
+
+
+def visible_at(settings: Any) -> dict[tuple[str, str, int], float]:
+    """(table, source, batch seq) -> wall time of the commit whose watermark first holds it."""
+    store = stores.open_store(settings)
+    out: dict[tuple[str, str, int], float] = {}
+    for table in TABLES:
+        t = load_table(settings, table)
+        if t is None:
+            continue
+        names = [k for k in store.list(table)]
+        snaps = sorted(t.metadata.snapshots, key=lambda s: s.timestamp_ms)
+        marks = [
+            (s.timestamp_ms / 1000, Watermark.decode(s.summary.additional_properties[SUMMARY_KEY]))
+            for s in snaps
+            if s.summary is not None and SUMMARY_KEY in s.summary.additional_properties
+        ]
+        for k in names:
+            for at, wm in marks:
+                if wm.consumed(k.name):
+                    out[(table, k.source, k.batch_sequence)] = at
+                    break
+    return out
+
+
+def breakdown(stack: LocalStack, since: float) -> tuple[dict[str, float], int, list[tuple[float, float, str]]]:
+    """Mean seconds per part of the cdc_apply runs started after ``since``; and the apply task
+    windows (start, end, table) to tell which run made a batch visible."""
+    api = stack.airflow
+    runs = api.json("GET", "/api/v2/dags/cdc_apply/dagRuns", params={"limit": 1000, "order_by": "-start_date"})
+    parts: dict[str, list[float]] = {}
+    windows: list[tuple[float, float, str]] = []
+
+    def add(name: str, value: float | None) -> None:
+        if value is not None:
+            parts.setdefault(name, []).append(value)
+
+    n = 0
+    for r in runs["dag_runs"]:
+        start, end = _ts(r.get("start_date")), _ts(r.get("end_date"))
+        if start is None or end is None or start < since or r.get("state") != "success":
+            continue
+        n += 1
+        add("run: queued -> started", start - (_ts(r.get("queued_at")) or start))
+        tis = stack.airflow.task_instances("cdc_apply", r["dag_run_id"])
+        plan = next((t for t in tis if t["task_id"] == "plan"), None)
+        applies = [t for t in tis if t["task_id"] == "apply" and t.get("start_date") and t.get("end_date")]
+        if plan and plan.get("end_date"):
+            add("plan task", (_ts(plan["end_date"]) or 0) - (_ts(plan["start_date"]) or 0))
+        for ti in applies:
+            t0, t1 = _ts(ti["start_date"]) or 0, _ts(ti["end_date"]) or 0
+            if plan and plan.get("end_date"):
+                add("apply queued after plan", t0 - (_ts(plan["end_date"]) or t0))
+            x = api.request(
+                "GET",
+                f"/api/v2/dags/cdc_apply/dagRuns/{r['dag_run_id']}/taskInstances/apply/xcomEntries/return_value",
+                params={"map_index": ti["map_index"]},
+            )
+            result = x.json().get("value") if x.status_code == 200 else None
+            if isinstance(result, dict) and result.get("seconds") is not None:
+                add("apply: task start + session", (t1 - t0) - result["seconds"])
+                for phase, secs in (result.get("phases") or {}).items():
+                    add(f"job: {phase}", secs)
+                windows.append((t0, t1, str(result.get("table"))))
+            else:
+                add("apply task (whole)", t1 - t0)
+    return {k: statistics.fmean(v) for k, v in parts.items()}, n, windows
+
+
+def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: float, keys: int) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix=f"cdclake-fresh-{mode}-"))
+    url = f"sc://127.0.0.1:{free_port()}" if mode == "connect" else ""
+    settings = load(
+        {"CDCLAKE_HOME": str(home)},
+        receiver_port=free_port(),
+        airflow_port=free_port(),
+        spark_connect_url=url,
+        # No producer here is rate limited: the benchmark sets the rate.
+        rate_limit_per_s=0.0,
+    )
+    print(f"[fresh] {mode}: starting the stack in {home}", flush=True)
+    with LocalStack(settings) as stack:
+        stack.airflow.wait_dag("cdc_apply")
+        stack.airflow.unpause("cdc_apply")
+        # Warm-up: the first run pays table creation (and, for connect, the server's first job).
+        warm = Load(settings.receiver_url, rate, sources, batches_per_s, keys, seed=99)
+        warm.run_for(5)
+        _wait_applied(stack, settings, warm, timeout=300)
+        load_ = Load(settings.receiver_url, rate, sources, batches_per_s, keys)
+        since = time.time()
+        print(f"[fresh] {mode}: {rate} events/s for {seconds:.0f}s", flush=True)
+        load_.run_for(seconds)
+        _wait_applied(stack, settings, load_, timeout=600)
+        seen = visible_at(settings)
+        parts, runs, _ = breakdown(stack, since)
+        lat = []
+        missing = 0
+        tables_of = _tables_per_batch(load_)
+        for source, seq, acked_at, _ in load_.acked:
+            for table in tables_of[(source, seq)]:
+                at = seen.get((table, source, seq))
+                if at is None:
+                    missing += 1
+                else:
+                    lat.append(max(0.0, at - acked_at))
+        problems = _check(settings, warm.sent + load_.sent)
+    events = sum(a[3] for a in load_.acked)
+    return {
+        "mode": mode,
+        "events": events,
+        "rate": events / seconds,
+        "samples": len(lat),
+        "missing": missing,
+        "errors": load_.errors[:3],
+        "p50": pct(lat, 50),
+        "p95": pct(lat, 95),
+        "p99": pct(lat, 99),
+        "max": max(lat) if lat else float("nan"),
+        "runs": runs,
+        "parts": parts,
+        "problems": problems,
+    }
+
+
+def _tables_per_batch(load_: Load) -> dict[tuple[str, int], set[str]]:
+    return {(b["source"], b["sequenceNumber"]): {e["table"] for e in b["events"]} for b in load_.sent}
+
+
+def _wait_applied(stack: LocalStack, settings: Any, load_: Load, timeout: float) -> None:
+    want = {(t, s, q) for (s, q), ts in _tables_per_batch(load_).items() for t in ts}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if want <= set(visible_at(settings)):
+            return
+        time.sleep(2)
+    raise RuntimeError(f"not everything applied after {timeout:.0f}s")
+
+
+def _check(settings: Any, batches: list[dict[str, Any]]) -> list[str]:
+    """The tables through Spark SQL against the reference model (a fresh in-process session)."""
+    from cdclake.dev.reference import diff, expected_tables, rows_by_key
+    from cdclake.lake.spark import session, table_ident
+
+    spark = session(settings, "cdclake-bench-check")
+    try:
+        out = []
+        for table, want in expected_tables(batches).items():
+            got = rows_by_key(spark.table(table_ident(settings, table)).collect())
+            out += [f"{table}: {d}" for d in diff(want, got)[:3]]
+        return out
+    finally:
+        spark.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--modes", default="connect,submit")
+    ap.add_argument("--seconds", type=float, default=120)
+    ap.add_argument("--rate", type=int, default=1000, help="events/s from all producers together")
+    ap.add_argument("--sources", type=int, default=2)
+    ap.add_argument("--batches-per-s", type=float, default=2.0, help="per source")
+    ap.add_argument("--keys", type=int, default=20_000, help="per table")
+    args = ap.parse_args()
+    results = []
+    for m in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        r = run_mode(m, args.seconds, args.rate, args.sources, args.batches_per_s, args.keys)
+        print(f"[fresh] {m}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s parts {r['parts']}", flush=True)
+        results.append(r)
+    print(f"\n{'mode':<9}{'events/s':>9}{'batches':>9}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'max s':>8}{'runs':>6}")
+    for r in results:
+        print(
+            f"{r['mode']:<9}{r['rate']:>9.0f}{r['samples']:>9}{r['p50']:>8.1f}{r['p95']:>8.1f}"
+            f"{r['p99']:>8.1f}{r['max']:>8.1f}{r['runs']:>6}"
+        )
+    print("goal: p50 <= 15 s, p95 <= 30 s")
+    for r in results:
+        print(f"\n{r['mode']}: mean seconds per part of an apply run ({r['runs']} runs)")
+        for k, v in r["parts"].items():
+            print(f"  {k:<34}{v:>7.2f}")
+        if r["missing"] or r["errors"] or r["problems"]:
+            print(f"  !! missing {r['missing']} errors {r['errors']} divergence {r['problems']}")
+        else:
+            print("  every acked batch visible; tables match the reference model (Spark SQL)")
+    if len(results) == 2 and results[0]["p50"] and results[1]["p50"]:
+        a, b = results
+        print(f"\n{b['mode']}/{a['mode']}: p50 {b['p50'] / a['p50']:.2f}x, p95 {b['p95'] / a['p95']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Tests of the cdclake command: SQL shell and reports, the Debezium tools."""

@@ -1,0 +1,141 @@
+"""cdclake.cli.debezium_config: the application.properties Debezium Server runs on (fast checks;
+tests/e2e/test_debezium_server.py runs a real Debezium Server on the same output)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake.cli.debezium_config import ConfigError, Database, Sink, key_toml, properties, render
+from cdclake.config.tables import load_table_config
+from tests.support import make_settings
+
+PG = Database("postgres", "db.internal", 5432, "dbz", "pw", "shop", ("public.customers", "public.order_lines"))
+MARIA = Database("mariadb", "127.0.0.1", 3306, "dbz", "pw", "shop", ("shop.customers",), server_id=7)
+
+
+def test_render_escapes_what_properties_and_smallrye_would_read_otherwise() -> None:
+    # Hand-derived: .properties escapes = : # ! and backslash, a leading space and controls;
+    # SmallRye would expand ${x}, so it gets a backslash that survives the .properties reading.
+    text = render({"a.password": " p=w:d#!\\x${x}\né"}, header="made by a test")
+    assert text == "# made by a test\na.password=\\ p\\=w\\:d\\#\\!\\\\x\\\\${x}\\né\n"
+
+
+def test_postgres_source_and_http_sink() -> None:
+    p = properties(PG, Sink("http://rcv:8090/"), name="shop", state_dir=Path("/state"))
+    assert p["debezium.sink.type"] == "http"
+    assert p["debezium.sink.http.url"] == "http://rcv:8090/v1/debezium"
+    assert p["debezium.sink.http.batch.enabled"] == "true"
+    assert p["debezium.source.connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
+    assert p["debezium.source.plugin.name"] == "pgoutput"
+    assert p["debezium.source.database.dbname"] == "shop"
+    # A regular-expression list, matched whole: the dot must not match any character.
+    assert p["debezium.source.table.include.list"] == "public\\.customers,public\\.order_lines"
+    assert p["debezium.source.offset.storage.file.filename"] == "/state/offsets.dat"
+    assert p["quarkus.http.port"] != "8080"  # Airflow's port
+    assert "debezium.transforms" not in p
+
+
+def test_mariadb_source_keeps_its_schema_history_and_sends_no_ddl_events() -> None:
+    p = properties(MARIA, Sink("http://rcv:8090"), name="shop", state_dir=Path("/state"))
+    assert p["debezium.source.connector.class"] == "io.debezium.connector.mariadb.MariaDbConnector"
+    assert p["debezium.source.database.server.id"] == "7"
+    assert p["debezium.source.database.include.list"] == "shop"
+    assert p["debezium.source.schema.history.internal.file.filename"] == "/state/schema-history.dat"
+    assert p["debezium.source.include.schema.changes"] == "false"
+
+
+def test_token_becomes_a_static_authorization_header() -> None:
+    p = properties(PG, Sink("http://rcv:8090", token="s3cret"), name="shop", state_dir=Path("/s"))
+    assert p["debezium.transforms"] == "h0"
+    assert p["debezium.transforms.h0.type"] == "org.apache.kafka.connect.transforms.InsertHeader"
+    assert (p["debezium.transforms.h0.header"], p["debezium.transforms.h0.value.literal"]) == (
+        "Authorization",
+        "Bearer s3cret",
+    )
+    assert p["debezium.sink.http.headers.prefix"] == ""
+    assert p["debezium.sink.http.headers.encode.base64"] == "false"
+
+
+def test_keys_go_to_message_key_columns() -> None:
+    keys = {"public.order_lines": ("order_id", "line_no")}
+    p = properties(PG, Sink("http://rcv"), name="shop", state_dir=Path("/s"), keys=keys)
+    assert p["debezium.source.message.key.columns"] == "public\\.order_lines:order_id,line_no"
+
+
+def pg(*tables: str, **kw: Any) -> Database:
+    return Database("postgres", "h", 5432, "u", "p", "d", tables, **kw)
+
+
+@pytest.mark.parametrize(
+    ("db", "sink", "name", "keys", "setting", "message"),
+    [
+        (PG, Sink("http://rcv"), "shop", {"public.nope": ("id",)}, "keys", "table 'public.nope' is not in tables"),
+        (PG, Sink("http://rcv"), "shop", {"public.customers": ("a,b",)}, "keys", "'public.customers': column names"),
+        (PG, Sink("http://rcv"), "shop", {"public.customers": ("a", "a")}, "keys", "1..16 distinct columns"),
+        (PG, Sink("http://rcv"), "my shop", None, "name", "'my shop': must match"),
+        (PG, Sink("http://rcv"), "_shop", None, "name", "'_shop': must match"),  # a source id starts alnum
+        (pg("customers"), Sink("http://rcv"), "shop", None, "tables", "'customers': expected schema.table"),
+        (pg(), Sink("http://rcv"), "shop", None, "tables", "at least one table"),
+        (pg("public.order-lines"), Sink("http://rcv"), "shop", None, "tables", "lake table 'order-lines' must match"),
+        (pg("public.x__changes"), Sink("http://rcv"), "shop", None, "tables", "not end in __changes"),
+        (replace(MARIA, tables=("other.x",)), Sink("http://rcv"), "shop", None, "tables", "not in database"),
+        (pg("public.t", slot="My-Slot"), Sink("http://rcv"), "shop", None, "slot", "1-63 of [a-z0-9_]"),
+        (Database("postgres", "h", 0, "u", "p", "d", ("public.t",)), Sink("http://rcv"), "s", None, "port", "1..65535"),
+        (PG, Sink("rcv:8090"), "shop", None, "receiver_url", "expected http(s)://"),
+        (PG, Sink("http://rcv", batch_max_size=0), "shop", None, "batch_max_size", "must be >= 1"),
+        (PG, Sink("http://rcv", retries=0), "shop", None, "retries", "must be >= 1"),
+        (PG, Sink("http://rcv", token="two words"), "shop", None, "token", "visible ASCII without spaces"),
+    ],
+)
+def test_errors_name_the_setting(
+    db: Database, sink: Sink, name: str, keys: dict[str, tuple[str, ...]] | None, setting: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as exc:
+        properties(db, sink, name=name, state_dir=Path("/s"), keys=keys)
+    assert exc.value.setting == setting
+    assert "two words" not in str(exc.value)  # a token is never echoed
+
+
+def test_recommended_retries_outlast_the_receivers_backpressure(tmp_path: Path) -> None:
+    """The sink's fixed pause is no shorter than the Retry-After of the receiver's backpressure
+    answer (503 buffer_full), and its attempts ride out 30 minutes of it (debezium_config)."""
+    from receiver.backlog import Backlog
+
+    backlog = Backlog(make_settings(tmp_path, backlog_soft=1, backlog_hard=1), store=None)  # type: ignore[arg-type]
+    backlog.per_table = {"orders": 1}
+    refusal = backlog.refusal("shop")
+    assert refusal is not None and (refusal.status, refusal.reason) == (503, "buffer_full")
+    sink = Sink("http://rcv")
+    assert sink.retry_interval_ms >= refusal.extra["retryDelayMs"]
+    assert sink.retries * sink.retry_interval_ms >= 30 * 60 * 1000
+    p = properties(PG, sink, name="shop", state_dir=Path("/s"))
+    assert (p["debezium.sink.http.retries"], p["debezium.sink.http.retry.interval.ms"]) == ("360", "5000")
+    assert (p["debezium.sink.http.batch.enabled"], p["debezium.sink.http.batch.max-size"]) == ("true", "200")
+
+
+def test_key_toml_round_trips_through_the_table_config(tmp_path: Path) -> None:
+    db = pg("public.customers", "public.Order_Lines", "audit.customers", "public.odd")
+    keys = {"public.Order_Lines": ("order_id", "line_no"), "public.odd": ('we"ird\\', "é ü", "tab\tx\x7f")}
+    text = key_toml(db, keys)
+    config = tmp_path / "tables.toml"
+    # A [defaults] key elsewhere in the file must not change the tables the command wrote.
+    config.write_text('[defaults]\nkey = ["uuid"]\n\n' + text, encoding="utf-8")
+    loaded = load_table_config(make_settings(tmp_path, table_config=config)).key_columns()
+    assert loaded == {
+        "*": ("uuid",),
+        "customers": ("id",),  # public. and audit.customers land in one lake table, one key
+        "order_lines": ("order_id", "line_no"),
+        "odd": ('we"ird\\', "é ü", "tab\tx\x7f"),
+    }
+
+
+def test_key_toml_refuses_one_lake_table_with_two_keys() -> None:
+    db = pg("public.users", "audit.users")
+    with pytest.raises(ConfigError, match="both land in lake table 'users' with different keys") as exc:
+        key_toml(db, {"audit.users": ("tenant", "id")})
+    assert exc.value.setting == "keys"

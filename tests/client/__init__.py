@@ -1,0 +1,1 @@
+"""Tests of the producer SDK against a real receiver."""

@@ -1,0 +1,1 @@
+"""Tests of cdclake.contracts and cdclake.config: events, names, column types, Debezium envelopes, table options."""

@@ -1,0 +1,1 @@
+"""Tests of the deployments: docker-compose, the Spark cluster, distributed settings, secrets."""

@@ -1,0 +1,268 @@
+"""Table maintenance on real Spark + Iceberg tables: compaction after many small applies, expiry
+that keeps the watermark, orphan removal that removes only orphans, staging clean-up that deletes
+only applied objects, and the per-table lock. Results compared with the reference model."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake import staging
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
+from cdclake.lake import locks
+from cdclake.lake.catalog import table_watermark
+from cdclake.lake.cleanup import clean_staging
+from cdclake.lake.health import compaction_candidates, table_health
+from cdclake.lake.spark import table_ident
+from spark_jobs.maintain import compact, expire
+from tests.support import apply_all, fresh_settings, stage, table_rows
+
+pytestmark = pytest.mark.spark
+
+
+def many_small_applies(spark: Any, settings: Settings, runs: int = 12) -> list[dict[str, Any]]:
+    """One apply per small batch; new keys mostly, so each run adds a file."""
+    w = generate(
+        events=runs * 20, seed=5, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=runs * 15
+    )
+    for b in w.batches:
+        stage(settings, [b])
+        apply_all(spark, settings)
+    return w.batches
+
+
+def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
+    spark: Any, spark_home: Path, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "tables.toml"
+    cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')  # updates leave delete files
+    settings = fresh_settings(spark_home, table_config=cfg)
+    batches = many_small_applies(spark, settings, runs=50)
+    before = table_health(settings, "orders")
+    assert before is not None and before.data_files >= 5 and before.delete_files > 0
+    assert "orders" in compaction_candidates(settings, min_files=5)
+    wm = table_watermark(settings, "orders")
+    ident = table_ident(settings, "orders")
+    # The scan-time ratio before/after is a benchmark (tests/bench/compaction.py), not asserted here.
+    out = compact(spark, settings, "orders", min_input_files=2)
+    assert out["data_files"]["rewritten_data_files_count"] >= before.data_files - 1
+
+    after = table_health(settings, "orders")
+    assert after is not None and after.data_files <= 1 and after.delete_files == 0
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+    assert table_watermark(settings, "orders") == wm  # found behind the compaction snapshot
+    assert locks.holder(settings, "orders") is None  # released
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is False  # nothing pending, nothing applied twice
+
+
+def test_expiry_keeps_retain_last_and_the_watermark_snapshot(spark: Any, settings: Settings) -> None:
+    batches = many_small_applies(spark, settings, runs=4)
+    compact(spark, settings, "orders", min_input_files=2)
+    compact(spark, settings, "orders", min_input_files=1)  # a second maintenance snapshot
+    ident = table_ident(settings, "orders")
+    wm = table_watermark(settings, "orders")
+    snaps = spark.sql(f"SELECT snapshot_id, summary FROM {ident}.snapshots ORDER BY committed_at").collect()
+    assert len(snaps) >= 5 and "cdclake.watermark" not in snaps[-1][1]  # maintenance is current
+
+    history = spark.sql(f"SELECT snapshot_id FROM {ident}.snapshots ORDER BY committed_at").collect()
+    order = [r[0] for r in history]
+    out = expire(spark, settings, "orders", datetime.now(UTC) + timedelta(hours=1), retain_last=1)
+    ids = {r[0] for r in spark.sql(f"SELECT snapshot_id FROM {ident}.snapshots").collect()}
+    # Everything older than the newest watermark snapshot went; it and the maintenance snapshots
+    # after it (compaction: data files, delete files, manifests) stay.
+    wm_at = order.index(out["watermark_snapshot"])
+    assert ids == set(order[wm_at:]) and len(ids) < len(order)
+    assert table_watermark(settings, "orders") == wm
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+
+
+def test_orphan_removal_removes_only_orphans(spark: Any, settings: Settings) -> None:
+    batches = many_small_applies(spark, settings, runs=2)
+    ident = table_ident(settings, "orders")
+    data_dir = Path(
+        spark.sql(f"SELECT file_path FROM {ident}.files LIMIT 1").collect()[0][0].removeprefix("file:")
+    ).parent
+    orphan = data_dir / "00000-orphan-from-a-failed-write.parquet"
+    orphan.write_bytes(b"PAR1 not really")
+    old = time.time() - 10 * 86400
+    os.utime(orphan, (old, old))
+    cutoff = datetime.now(UTC) - timedelta(days=3)
+
+    dry = expire(spark, settings, "orders", cutoff, orphans_older_than=cutoff, dry_run=True)
+    assert [p for p in dry["orphan_files"] if p.endswith(orphan.name)] and orphan.exists()
+    real = expire(spark, settings, "orders", cutoff, orphans_older_than=cutoff)
+    assert len(real["orphan_files"]) == 1 and not orphan.exists()
+    assert not diff(expected_tables(batches)["orders"], table_rows(spark, ident))
+
+
+def test_staging_clean_up_deletes_only_applied_objects_and_spent_receipts(spark: Any, spark_home: Path) -> None:
+    settings = fresh_settings(spark_home)
+    store = staging.LocalStaging(settings.staging_dir)
+    w = generate(events=120, seed=9, tables=("orders",), batch_size=20, duplicate_every=0)
+    stage(settings, w.batches[:4])
+    apply_all(spark, settings)
+    stage(settings, w.batches[4:])  # landed, not applied
+    for b in w.batches:  # receipts as the receiver writes them
+        keys = [k.path for k in store.list("orders") if k.batch_sequence == b["sequenceNumber"]]
+        receipt = staging.Receipt(
+            b["source"], b["sequenceNumber"], 0, int(time.time() * 1000), "", len(b["events"]), keys
+        )
+        store.put_if_absent(staging.receipt_path(b["source"], b["sequenceNumber"]), staging.encode_receipt(receipt))
+    future = int((time.time() + 3600) * 1000)
+    dry = clean_staging(settings, future, dry_run=True)
+    assert dry["objects_deleted"] == 4 and len(list(store.list("orders"))) == 6
+    out = clean_staging(settings, future)
+    left = list(store.list("orders"))
+    assert out["objects_deleted"] == 4 and out["objects_not_yet_applied"] == 2
+    assert sorted(k.batch_sequence for k in left) == [5, 6]
+    receipts = store.list_names(staging.receipt_prefix("shop-db"))
+    assert [staging.parse_receipt_name(n)[0] for n in receipts] == [5, 6]  # type: ignore[index]
+    # What is left still applies, exactly once.
+    apply_all(spark, settings)
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, table_ident(settings, "orders")))
+    # Too recent objects stay even when applied.
+    assert clean_staging(settings, 0)["objects_deleted"] == 0
+
+
+def test_table_lock_is_exclusive_waits_and_expires(spark_home: Path) -> None:
+    settings = fresh_settings(spark_home)
+    assert locks.try_acquire(settings, "t", "a", ttl_s=60)
+    assert not locks.try_acquire(settings, "t", "b", ttl_s=60)
+    assert locks.holder(settings, "t") == "a"
+    locks.release(settings, "t", "b")  # not b's: nothing happens
+    assert locks.holder(settings, "t") == "a"
+    locks.release(settings, "t", "a")
+    assert locks.try_acquire(settings, "t", "dead", ttl_s=0.5)
+    time.sleep(0.6)  # its holder died: the row expires
+    order: list[str] = []
+
+    def worker(name: str) -> None:
+        with locks.table_lock(settings, "t", name, wait_s=30, ttl_s=5):
+            order.append(f"{name}-in")
+            time.sleep(0.3)
+            order.append(f"{name}-out")
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in ("x", "y", "z")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Never two holders at once: every "in" is followed by its own "out".
+    assert all(order[i].removesuffix("-in") == order[i + 1].removesuffix("-out") for i in range(0, 6, 2))
+    with (
+        pytest.raises(locks.LockTimeout),
+        locks.table_lock(settings, "t", "p", wait_s=30),
+        locks.table_lock(settings, "t", "q", wait_s=0.5),
+    ):
+        pass
+
+
+def test_table_lock_is_first_come_first_served_so_maintenance_is_not_starved(spark_home: Path) -> None:
+    """An apply that takes the lock again right after releasing it must not starve compaction."""
+    settings = fresh_settings(spark_home)
+    events: list[str] = []
+    holding = threading.Event()
+    done = threading.Event()
+
+    def applier() -> None:
+        for i in range(8):
+            with locks.table_lock(settings, "t", "apply", wait_s=30, ttl_s=10):
+                events.append(f"apply-in-{i}")
+                holding.set()
+                time.sleep(0.3)
+            if done.is_set():
+                return
+
+    def compactor() -> None:
+        holding.wait(10)
+        with locks.table_lock(settings, "t", "compaction", wait_s=30, ttl_s=10, say=lambda _: events.append("wait")):
+            events.append("compact-in")
+        done.set()
+
+    threads = [threading.Thread(target=applier), threading.Thread(target=compactor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert "wait" in events and "compact-in" in events, events
+    between = events[events.index("wait") + 1 : events.index("compact-in")]
+    # The apply holding the lock when compaction queued finishes; the next one queues behind it.
+    assert not [e for e in between if e.startswith("apply-in")], events
+    assert locks.waiters(settings, "t") == [] and locks.holder(settings, "t") is None
+
+
+def test_table_health_and_freshness_reach_the_receivers_metrics(spark: Any, spark_home: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from receiver.app import create_app
+
+    settings = fresh_settings(spark_home)
+    batches = many_small_applies(spark, settings, runs=2)
+    newest_ms = max(e["timestamp"] for b in batches for e in b["events"] if e["operation"] != "DELETE")
+    app = create_app(settings)
+    with TestClient(app) as c:
+        app.state.service.backlog.refresh_health()
+        text = c.get("/metrics").text
+    metrics = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith("cdclake_table_")
+    }
+    assert metrics['cdclake_table_data_files{table="orders"}'] >= 1
+    assert metrics['cdclake_table_snapshots{table="orders"}'] == 2
+    # valid-through: the newest applied event time, from the manifests' _cdc_ts upper bounds
+    assert metrics['cdclake_table_valid_through_seconds{table="orders"}'] <= newest_ms / 1000
+    assert metrics['cdclake_table_valid_through_seconds{table="orders"}'] > newest_ms / 1000 - 60
+    assert metrics['cdclake_table_freshness_lag_seconds{table="orders"}'] > 0
+    assert not any("__changes" in k for k in metrics)  # side tables are not CDC tables
+
+
+def test_compaction_and_apply_running_concurrently_on_one_table(spark: Any, spark_home: Path, tmp_path: Path) -> None:
+    """Two threads, two Spark sessions (separate SQL confs: the apply sets snapshot properties on
+    its session), one table: applies and compactions interleave under the table lock; both
+    always finish and the table matches the reference model."""
+    from spark_jobs.apply import apply_with_retries
+
+    cfg = tmp_path / "tables.toml"
+    cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')
+    settings = fresh_settings(spark_home, table_config=cfg)
+    w = generate(events=240, seed=77, tables=("orders",), batch_size=30, duplicate_every=0, keys_per_table=80)
+    stage(settings, w.batches[:1])
+    apply_with_retries(spark, settings, "orders", 10_000)
+    maint = spark.newSession()
+    errors: list[BaseException] = []
+    compactions: list[dict[str, Any]] = []
+    done = threading.Event()
+
+    def compactor() -> None:
+        try:
+            while not done.is_set():
+                compactions.append(compact(maint, settings, "orders", min_input_files=1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=compactor)
+    t.start()
+    try:
+        for b in w.batches[1:]:
+            stage(settings, [b])
+            seen = len(compactions)
+            apply_with_retries(spark, settings, "orders", 10_000)  # the compactor waits on the lock
+            deadline = time.monotonic() + 120
+            while len(compactions) == seen and not errors and time.monotonic() < deadline:
+                time.sleep(0.2)  # let a compaction in before the next apply queues behind it
+    finally:
+        done.set()
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(compactions) >= len(w.batches) - 1
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, table_ident(settings, "orders")))
+    changes = spark.table(table_ident(settings, "orders__changes"))
+    assert changes.count() == changes.select("_cdc_source", "_cdc_seq").distinct().count()

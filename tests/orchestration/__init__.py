@@ -1,0 +1,1 @@
+"""Tests of the DAGs (DagBag integrity, plans) and the Airflow API client."""

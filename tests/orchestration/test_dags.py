@@ -1,0 +1,152 @@
+"""DAG integrity: every DAG imports cleanly and cdc_apply keeps its guarantees."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dagbag():  # type: ignore[no-untyped-def]
+    # AIRFLOW_HOME points at a temporary folder (tests/conftest.py) before airflow is imported.
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_every_dag_imports_without_errors(dagbag) -> None:  # type: ignore[no-untyped-def]
+    assert dagbag.import_errors == {}
+    assert {p.stem for p in DAGS.glob("*.py")} <= set(dagbag.dag_ids)
+
+
+def test_every_dag_is_documented_owned_and_tagged(dagbag) -> None:  # type: ignore[no-untyped-def]
+    for dag_id, dag in dagbag.dags.items():
+        assert dag.doc_md, dag_id
+        assert dag.tags, dag_id
+        for t in dag.tasks:
+            assert t.owner == "cdclake", (dag_id, t.task_id)
+            assert t.retries >= 1 and t.execution_timeout is not None, (dag_id, t.task_id)
+
+
+def test_cdc_apply_never_runs_twice_at_once_and_has_its_params(dagbag) -> None:  # type: ignore[no-untyped-def]
+    dag = dagbag.dags["cdc_apply"]
+    assert dag.max_active_runs == 1
+    assert {"tables", "max_objects"} <= set(dag.params)
+    assert {t.task_id for t in dag.tasks} == {"plan", "apply"}
+    assert dag.get_task("apply").upstream_task_ids == {"plan"}
+
+
+def test_maintenance_dags_have_their_params_and_order(dagbag) -> None:  # type: ignore[no-untyped-def]
+    comp = dagbag.dags["iceberg_compaction"]
+    assert {"tables", "target_file_size_bytes", "min_input_files", "partial_progress", "where"} <= set(comp.params)
+    assert comp.get_task("compact").upstream_task_ids == {"candidates"}
+    exp = dagbag.dags["iceberg_expire"]
+    assert {"retain_last", "snapshot_max_age_hours", "orphan_min_age_hours", "dry_run"} <= set(exp.params)
+    assert exp.get_task("clean_staging").upstream_task_ids == {"expire"}
+    # One run at a time, each on its own cron: compaction hourly (the seed's compactionIntervalMs),
+    # expiry daily at 03:30.
+    assert comp.max_active_runs == exp.max_active_runs == 1
+    schedules = {dag.dag_id: getattr(dag.timetable, "expression", repr(dag.timetable)) for dag in (comp, exp)}
+    assert schedules == {"iceberg_compaction": "0 * * * *", "iceberg_expire": "30 3 * * *"}
+
+
+def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from cdclake.staging import ASSET_NAME
+
+    dag = dagbag.dags["cdc_apply"]
+    names = (
+        {a.name for a in dag.timetable.asset_condition.iter_assets().values()}
+        if hasattr(dag.timetable.asset_condition, "iter_assets")
+        else set()
+    )
+    assert ASSET_NAME in names or ASSET_NAME in repr(dag.timetable.asset_condition)
+
+
+# --------------------------------------------------------------------------- issue 13, finding 3:
+# plans keep applying whatever the number of tables (Airflow refuses more than 1,024 mapped tasks).
+
+MAX_MAPPED = 32  # CDCLAKE_MAX_MAPPED_TASKS' default
+
+
+def runs_of(job: dict[str, Any]) -> list[list[str]]:
+    """The job argvs one mapped task runs, in order (a group runs several)."""
+    module = job.get("module") or Path(job["application"]).with_suffix("").name
+    argv = list(job.get("argv") or job.get("application_args") or [])
+    if module in ("group", "spark_jobs.group"):
+        runs: list[list[str]] = json.loads(argv[argv.index("--runs") + 1])
+        return runs
+    return [argv]
+
+
+def table_of(argv: list[str]) -> str:
+    return argv[argv.index("--table") + 1]
+
+
+@pytest.fixture(params=["connect", "spark-submit"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002" if request.param == "connect" else "")
+    return str(request.param)
+
+
+def check_groups(jobs: list[dict[str, Any]], tables: dict[str, int], ordered: bool = True) -> None:
+    assert 1 <= len(jobs) <= MAX_MAPPED, len(jobs)
+    groups = [[table_of(a) for a in runs_of(job)] for job in jobs]
+    applied = [t for g in groups for t in g]
+    assert sorted(applied) == sorted(tables), "every table in exactly one group"
+    for g in groups if ordered else []:  # most backlogged first
+        assert [tables[t] for t in g] == sorted((tables[t] for t in g), reverse=True)
+
+
+def test_cdc_apply_plan_maps_at_most_n_tasks_for_2000_tables(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    pending = {f"t{i:04d}": 1 + (i * 7919) % 500 for i in range(2000)}
+    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
+    plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
+    jobs = plan(params={"tables": [], "max_objects": 1000})
+    check_groups(jobs, pending)
+    assert all(a[a.index("--max-objects") + 1] == "1000" for job in jobs for a in runs_of(job))
+
+
+def test_iceberg_expire_and_compaction_plans_map_at_most_n_tasks(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+
+    names = [f"t{i:04d}{suffix}" for i in range(700) for suffix in ("", "__changes", "__tombstones")]
+    monkeypatch.setattr("cdclake.lake.health.all_tables", lambda settings: list(names))
+    plan = dagbag.dags["iceberg_expire"].get_task("plan").python_callable
+    monkeypatch.setitem(plan.__globals__, "_interval_end", lambda: datetime(2026, 3, 1, tzinfo=UTC))
+    jobs = plan(params={})
+    check_groups(jobs, dict.fromkeys(names, 0))
+    tombstones = {table_of(a) for job in jobs for a in runs_of(job) if "--tombstones-older-than" in a}
+    assert tombstones == {n for n in names if "__" not in n}
+
+    found = {n: {"small_files": 1 + i % 40} for i, n in enumerate(names)}
+    monkeypatch.setattr("cdclake.lake.health.compaction_candidates", lambda *a, **k: dict(found))
+    candidates = dagbag.dags["iceberg_compaction"].get_task("candidates").python_callable
+    check_groups(candidates(params={}), dict.fromkeys(found, 0), ordered=False)
+
+
+def test_a_group_applies_every_table_in_turn_and_fails_only_after_the_rest(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import sys
+    import types
+
+    from spark_jobs import group
+
+    seen: list[str] = []
+
+    def main(spark: Any, argv: list[str]) -> dict[str, Any]:
+        seen.append(table_of(argv))
+        if table_of(argv) == "b":
+            raise RuntimeError("boom")
+        return {"table": table_of(argv)}
+
+    monkeypatch.setitem(sys.modules, "fake_job", types.SimpleNamespace(main=main))
+    runs = [["--table", t] for t in ("a", "b", "c")]
+    with pytest.raises(RuntimeError, match=r"1 of 3 .*\bb\b"):
+        group.main(None, ["--module", "fake_job", "--runs", json.dumps(runs)])  # type: ignore[arg-type]
+    assert seen == ["a", "b", "c"]
+    two = group.main(None, ["--module", "fake_job", "--runs", json.dumps([runs[0], runs[2]])])  # type: ignore[arg-type]
+    assert two == {"runs": [{"table": "a"}, {"table": "c"}]}

@@ -1,0 +1,1 @@
+"""Tests of the project itself: import graph and layers, sizes, ARCHITECTURE.md, packaging."""

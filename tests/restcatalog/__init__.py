@@ -1,0 +1,1 @@
+"""Tests of the Iceberg REST catalog, from pyiceberg, Spark and DuckDB."""
