@@ -20,7 +20,7 @@ def test_every_module_is_in_the_module_map() -> None:
             rel = path.relative_to(ROOT).as_posix()
             if path.name == "__init__.py" and len(path.relative_to(ROOT / pkg).parts) == 1:
                 continue
-            # A module is named by its path inside its package or sub-package (`client.py`,
+            # A module is named by its path inside its package or sub-package (`catalog.py`,
             # `staging/__init__.py` -> `__init__.py` in the staging row), or in full.
             if path.name not in named and rel.removeprefix(f"{pkg}/") not in named and rel not in named:
                 missing.append(rel)
