@@ -115,8 +115,9 @@ def _has_sort_order(spark: SparkSession, full_ident: str) -> bool:
 
 def watermark_snapshot(spark: SparkSession, full_ident: str) -> tuple[int, datetime] | None:
     """Id and commit time of the newest snapshot in the current ancestry carrying a watermark."""
-    # Spark reads the ancestry (no pyiceberg in a Spark job); the walk over it is the one in
-    # cdclake.contracts.watermark. A table keeps few snapshots (expiry), so collecting them is cheap.
+    # Spark reads the ancestry, so the walk sees the table as the session about to expire it does
+    # (refreshed under the lock); the walk itself is the one in cdclake.contracts.watermark. A table
+    # keeps few snapshots (this expiry), so collecting its ancestry is cheap.
     ancestry = spark.sql(
         f"SELECT s.snapshot_id, s.committed_at, s.summary FROM {full_ident}.snapshots s "
         f"JOIN {full_ident}.history h ON s.snapshot_id = h.snapshot_id "
