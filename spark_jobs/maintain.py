@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from cdclake.config.settings import Settings, load
 from cdclake.contracts.events import TOMBSTONES_SUFFIX
-from cdclake.contracts.watermark import SUMMARY_KEY
+from cdclake.contracts.watermark import newest_carrying
 from cdclake.lake.locks import table_lock
 from spark_jobs.job import commit_or_validation_failure, report, run_main, with_retries
 
@@ -116,13 +116,16 @@ def _has_sort_order(spark: SparkSession, full_ident: str) -> bool:
 
 def watermark_snapshot(spark: SparkSession, full_ident: str) -> tuple[int, datetime] | None:
     """Id and commit time of the newest snapshot in the current ancestry carrying a watermark."""
-    rows = spark.sql(
-        f"SELECT s.snapshot_id, s.committed_at FROM {full_ident}.snapshots s "
+    # Spark reads the ancestry, so the walk sees the table as the session about to expire it does
+    # (refreshed under the lock); the walk itself is the one in cdclake.contracts.watermark. A table
+    # keeps few snapshots (this expiry), so collecting its ancestry is cheap.
+    ancestry = spark.sql(
+        f"SELECT s.snapshot_id, s.committed_at, s.summary FROM {full_ident}.snapshots s "
         f"JOIN {full_ident}.history h ON s.snapshot_id = h.snapshot_id "
-        f"WHERE h.is_current_ancestor AND s.summary['{SUMMARY_KEY}'] IS NOT NULL "
-        "ORDER BY s.committed_at DESC LIMIT 1"
+        "WHERE h.is_current_ancestor ORDER BY s.committed_at DESC"
     ).collect()
-    return (int(rows[0][0]), rows[0][1]) if rows else None
+    row = newest_carrying(ancestry, lambda r: r[2])
+    return (int(row[0]), row[1]) if row is not None else None
 
 
 def _ts(value: datetime) -> str:

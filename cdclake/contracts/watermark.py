@@ -15,8 +15,9 @@ pending until applied, exactly once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 SUMMARY_KEY = "cdclake.watermark"
 FORMAT_VERSION = 1
@@ -79,12 +80,25 @@ class Watermark:
         return cls(str(data["low"]), frozenset(data["keys"]))
 
 
-def from_summaries(summaries_newest_first: Iterable[Mapping[str, str] | None]) -> Watermark:
-    """The watermark of the newest snapshot in a table's ancestry that carries one.
+S = TypeVar("S")
 
-    Compaction and expiry snapshots carry none, so the walk goes on past them.
+
+def newest_carrying(ancestry_newest_first: Iterable[S], summary: Callable[[S], Mapping[str, str] | None]) -> S | None:
+    """The newest snapshot of a table's ancestry (current snapshot first, then its parents) whose
+    ``summary`` carries a watermark; None if none does.
+
+    Compaction and expiry snapshots carry none, so the walk goes on past them. This is the one
+    walk: the catalog's :func:`cdclake.lake.catalog.watermark_snapshot`, the reports and the
+    expiry job (``spark_jobs/maintain.py``) all take their snapshot from here.
     """
-    for summary in summaries_newest_first:
-        if summary and SUMMARY_KEY in summary:
-            return Watermark.decode(summary[SUMMARY_KEY])
-    return Watermark()
+    for snap in ancestry_newest_first:
+        props = summary(snap)
+        if props and SUMMARY_KEY in props:
+            return snap
+    return None
+
+
+def from_summaries(summaries_newest_first: Iterable[Mapping[str, str] | None]) -> Watermark:
+    """The watermark of the newest snapshot in a table's ancestry that carries one."""
+    found = newest_carrying(summaries_newest_first, lambda s: s)
+    return Watermark.decode(found[SUMMARY_KEY]) if found else Watermark()

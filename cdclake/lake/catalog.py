@@ -17,6 +17,7 @@ from cdclake.staging import stores
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 
 def io_properties(settings: Settings) -> dict[str, str]:
@@ -64,18 +65,28 @@ def load_table(settings: Settings, table: str) -> Table | None:
         return None
 
 
+def watermark_snapshot(t: Table) -> Snapshot | None:
+    """The newest snapshot in ``t``'s current ancestry that carries a watermark (maintenance
+    snapshots carry none, staged write-audit-publish snapshots are not ancestors)."""
+    current = t.current_snapshot()
+    if current is None:
+        return None
+    from pyiceberg.table.snapshots import ancestors_of
+
+    return watermark.newest_carrying(
+        ancestors_of(current, t.metadata), lambda s: s.summary.additional_properties if s.summary else None
+    )
+
+
 def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:
-    """The newest watermark in the current snapshot's ancestry (maintenance snapshots carry
-    none, staged write-audit-publish snapshots are not ancestors); None if no such table."""
+    """The newest watermark in the current snapshot's ancestry; None if no such table."""
     t = load_table(settings, table)
     if t is None:
         return None
-    if t.current_snapshot() is None:
+    snap = watermark_snapshot(t)
+    if snap is None or snap.summary is None:
         return watermark.Watermark()
-    from pyiceberg.table.snapshots import ancestors_of
-
-    snaps = ancestors_of(t.current_snapshot(), t.metadata)
-    return watermark.from_summaries(dict(s.summary.additional_properties) if s.summary else None for s in snaps)
+    return watermark.Watermark.decode(snap.summary.additional_properties[watermark.SUMMARY_KEY])
 
 
 def pending_objects(

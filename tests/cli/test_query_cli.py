@@ -19,9 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cdclake.cli import query
+from cdclake.cli import output, query
 from cdclake.cli.main import main
-from cdclake.cli.query import AsOf, QueryError, Result, parse_as_of, render, split_statements, statements_of, with_as_of
+from cdclake.cli.output import Result, render
+from cdclake.cli.statements import AsOf, QueryError, parse_as_of, split_statements, statements_of, with_as_of
 from cdclake.config.settings import Settings
 from cdclake.dev.reference import diff, expected_tables, rows_by_key
 from cdclake.dev.stack import LocalStack, free_port
@@ -90,7 +91,7 @@ def test_render_formats() -> None:
     render(r, "table", out)
     lines = out.getvalue().splitlines()
     assert lines[0].split(" | ")[0] == "id" and lines[-1] == "(2 rows)"
-    assert " 1 | " + "x" * (query.MAX_CELL - 1) + '… | 2026-01-01 12:00:00.250 | [{"a":1}]' in lines[2]
+    assert " 1 | " + "x" * (output.MAX_CELL - 1) + '… | 2026-01-01 12:00:00.250 | [{"a":1}]' in lines[2]
     assert lines[2].endswith("| NULL") and lines[3].startswith("22 | y")
     out = io.StringIO()
     render(r, "csv", out)

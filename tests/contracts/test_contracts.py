@@ -10,7 +10,7 @@ from cdclake import staging
 from cdclake.config.settings import SettingsError, jdbc_url, load
 from cdclake.contracts import events
 from cdclake.contracts.protocol import NACK_REASONS, NackReason, Reply
-from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries
+from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries, newest_carrying
 from cdclake.lake.spark import catalog_conf
 
 
@@ -130,6 +130,10 @@ def test_watermark_is_read_from_the_newest_snapshot_that_carries_one() -> None:
     compaction = {"operation": "replace"}
     assert from_summaries([compaction, None, {SUMMARY_KEY: wm.encode()}, {SUMMARY_KEY: Watermark("z").encode()}]) == wm
     assert from_summaries([compaction]) == Watermark()
+    # The same walk hands back the snapshot itself (its id and time are what expiry and reports need).
+    snaps = [(3, compaction), (2, None), (1, {SUMMARY_KEY: wm.encode()}), (0, {SUMMARY_KEY: wm.encode()})]
+    assert newest_carrying(snaps, lambda s: s[1]) == snaps[2]
+    assert newest_carrying(snaps[:2], lambda s: s[1]) is None
 
 
 # ------------------------------------------------------------------------- settings

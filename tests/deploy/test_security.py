@@ -97,8 +97,14 @@ def _pg_debezium(name: str, lsn: int) -> dict[str, Any]:
     return {
         "before": None,
         "after": {"id": lsn, "v": "x"},
-        "source": {"connector": "postgresql", "name": name, "ts_ms": 1, "table": "users", "lsn": lsn,
-                   "sequence": json.dumps([None, str(lsn)])},
+        "source": {
+            "connector": "postgresql",
+            "name": name,
+            "ts_ms": 1,
+            "table": "users",
+            "lsn": lsn,
+            "sequence": json.dumps([None, str(lsn)]),
+        },
         "op": "c",
         "ts_ms": 1,
     }
@@ -108,15 +114,19 @@ def test_with_tokens_a_debezium_post_is_its_tokens_producer_and_cannot_move_anot
     """A Debezium post naming ``source.name = app`` moved app's expected sequence (app then got
     409) when the receiver had no tokens. With tokens the token's producer id is the source."""
     tokens = tmp_path / "tokens.toml"
-    tokens.write_text(
-        '[[producer]]\nid = "app"\ntoken = "tok-app"\n\n[[producer]]\nid = "dbz"\ntoken = "tok-dbz"\n'
-    )
+    tokens.write_text('[[producer]]\nid = "app"\ntoken = "tok-app"\n\n[[producer]]\nid = "dbz"\ntoken = "tok-dbz"\n')
     app = {"Authorization": "Bearer tok-app"}
     dbz = {"Authorization": "Bearer tok-dbz"}
 
     def seed(seq: int) -> dict[str, Any]:
-        ev = {"sequence": seq, "timestamp": 1, "operation": "INSERT", "table": "users", "rowId": str(seq),
-              "after": {"id": seq}}
+        ev = {
+            "sequence": seq,
+            "timestamp": 1,
+            "operation": "INSERT",
+            "table": "users",
+            "rowId": str(seq),
+            "after": {"id": seq},
+        }
         return {"source": "app", "sequenceNumber": seq, "events": [ev]}
 
     with TestClient(create_app(make_settings(tmp_path, tokens_file=tokens))) as c:
@@ -215,8 +225,11 @@ def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, mo
     kwargs = submit_kwargs(s, "spark_jobs.apply", ["--table", "t"], "apply-t")
     assert not leaked([json.dumps(kwargs)]), "mapped kwargs are stored in Airflow's database (XCom)"
     app = kwargs.pop("application")
-    hook = SparkSubmitHook(conn_id="spark_default", **{k: v for k, v in kwargs.items() if k != "application_args"},
-                           application_args=kwargs["application_args"])
+    hook = SparkSubmitHook(
+        conn_id="spark_default",
+        **{k: v for k, v in kwargs.items() if k != "application_args"},
+        application_args=kwargs["application_args"],
+    )
     argv = hook._build_spark_submit_command(app)
     assert not leaked(argv), argv
     assert mode(Path(argv[argv.index("--properties-file") + 1])) == 0o600
@@ -242,7 +255,11 @@ except Stop:
     pass
 """
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("[")]
@@ -256,6 +273,7 @@ def test_up_says_where_the_admin_password_is_not_what_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import cdclake.cli.main
+    import cdclake.dev.demo
     import cdclake.dev.stack
 
     class FakeStack(cdclake.dev.stack.LocalStack):
@@ -269,7 +287,7 @@ def test_up_says_where_the_admin_password_is_not_what_it_is(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cdclake.dev.stack, "LocalStack", FakeStack)
-    monkeypatch.setattr(cdclake.cli.main, "_wait_forever", stop)
+    monkeypatch.setattr(cdclake.dev.demo, "wait_forever", stop)
     settings = make_settings(tmp_path)
     stack = FakeStack(settings, log=sys.stdout)
     password = stack.password
@@ -299,12 +317,21 @@ def test_connect_server_requires_its_token_and_keeps_credentials_off_its_cmdline
 
     port = free_port()
     s = secret_settings(tmp_path, spark_connect_url=f"sc://127.0.0.1:{port}")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "SPARK_LOCAL_IP": "127.0.0.1", **connect_server_env(s)}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **connect_server_env(s),
+    }
     log = tmp_path / "connect.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(connect_server_command(s, "127.0.0.1", port), env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            connect_server_command(s, "127.0.0.1", port),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 240
         while "Spark Connect server started" not in log.read_text(errors="replace"):

@@ -11,12 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cdclake", "receiver", "restcatalog", "spark_jobs", "dags", "plugins")
 MODULE_LINES, FUNCTION_LINES = 400, 60
-TO_SPLIT = {
-    "cdclake/client.py": 691,
-    "cdclake/cli/query.py": 723,
-    "cdclake/dev/reference.py": 431,
-    "cdclake/cli/main.py:main": 79,
-}
+TO_SPLIT: dict[str, int] = {}
 """Too long today, to be split (issue "Structure in one step"): name -> its size now."""
 
 

@@ -1,0 +1,127 @@
+"""``cdclake tables`` and ``cdclake snapshots``: reports read with pyiceberg (no JVM).
+
+pyiceberg is imported inside functions: ``cdclake`` imports stay light.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cdclake.cli.output import Result
+from cdclake.cli.statements import EPOCH, QueryError
+from cdclake.config.settings import Settings
+from cdclake.contracts.watermark import EVENT_COUNTS, SUMMARY_KEY, counts_of
+
+
+def _ms_time(ms: int | None) -> datetime | None:
+    return None if ms is None else EPOCH + timedelta(milliseconds=ms)
+
+
+def last_applied_ms(table: Any) -> int | None:
+    """Commit time of the newest snapshot in the current ancestry that carries the apply watermark."""
+    from cdclake.lake.catalog import watermark_snapshot
+
+    snap = watermark_snapshot(table)
+    return None if snap is None else int(snap.timestamp_ms)
+
+
+def live_rows(table: Any, fallback: int) -> int:
+    """Rows a reader sees: the current snapshot's records minus its position deletes (what
+    merge-on-read MERGE and DELETE write), from the summary totals; ``fallback`` without them."""
+    snap = table.current_snapshot()
+    props = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
+    try:
+        return int(props["total-records"]) - int(props.get("total-position-deletes", 0))
+    except (KeyError, ValueError):
+        return fallback
+
+
+def tables_report(settings: Settings, now: datetime | None = None) -> Result:
+    """Every table of the namespace (side tables included): live rows, data and delete files,
+    snapshots, last apply (commit time of the newest snapshot with the apply watermark),
+    valid-through (the newest ``_cdc_ts`` in the data files) and freshness (now - valid-through)."""
+    from cdclake.lake.catalog import load_table
+    from cdclake.lake.health import all_tables, table_health
+
+    now = now or datetime.now(UTC)
+    columns = ["table", "rows", "data_files", "delete_files", "snapshots", "last_applied", "valid_through", "freshness"]
+    rows = []
+    for name in all_tables(settings):
+        h = table_health(settings, name)
+        t = load_table(settings, name)
+        if h is None or t is None:
+            continue  # dropped meanwhile
+        valid = _ms_time(h.valid_through_ms)
+        rows.append(
+            (
+                name,
+                live_rows(t, h.rows),
+                h.data_files,
+                h.delete_files,
+                h.snapshots,
+                _ms_time(last_applied_ms(t)),
+                valid,
+                None if valid is None else now - valid,
+            )
+        )
+    return Result(columns, rows)
+
+
+def resolve_table(settings: Settings, name: str) -> str:
+    """``orders``, ``cdc.orders`` or ``lake.cdc.orders`` -> ``orders``."""
+    parts = [p.strip("`").lower() for p in name.split(".")]
+    ok = (
+        len(parts) <= 3
+        and all(parts)
+        and (len(parts) < 3 or parts[0] == settings.catalog_name.lower())
+        and (len(parts) < 2 or parts[-2] == settings.namespace.lower())
+    )
+    if not ok:
+        raise QueryError(
+            f"{name!r}: name a table as <table>, {settings.namespace}.<table> or "
+            f"{settings.catalog_name}.{settings.namespace}.<table>"
+        )
+    return parts[-1]
+
+
+def snapshots_report(settings: Settings, table: str) -> Result:
+    """Every snapshot of a table, oldest first, with its apply watermark flag and the
+    ``cdclake.events-*`` accounting of the apply that made it."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    from cdclake.lake.catalog import load_table
+    from cdclake.lake.health import all_tables
+
+    name = resolve_table(settings, table)
+    t = load_table(settings, name)
+    if t is None:
+        known = ", ".join(all_tables(settings)) or "none yet"
+        raise QueryError(f"no table {settings.catalog_name}.{settings.namespace}.{name} (tables: {known})")
+    current = t.current_snapshot()
+    on_main = {s.snapshot_id for s in ancestors_of(current, t.metadata)} if current is not None else set()
+    columns = [
+        "snapshot_id",
+        "parent_id",
+        "committed_at",
+        "operation",
+        "current_ancestor",
+        "watermark",
+        *EVENT_COUNTS,
+    ]
+    rows = []
+    for s in sorted(t.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0)):
+        props = dict(s.summary.additional_properties) if s.summary is not None else {}
+        counts = counts_of(props)
+        rows.append(
+            (
+                s.snapshot_id,
+                s.parent_snapshot_id,
+                _ms_time(s.timestamp_ms),
+                s.summary.operation.value if s.summary is not None else None,
+                s.snapshot_id in on_main,
+                SUMMARY_KEY in props,
+                *counts,
+            )
+        )
+    return Result(columns, rows)
