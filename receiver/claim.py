@@ -4,7 +4,7 @@ Per batch ``(source, sequenceNumber)``:
 
 1. *claim*: create the batch's receipt exclusively (``put_if_absent``). The receipt names the
    staging objects the batch will be written to and a digest of their content.
-2. write those objects (and the lander acks).
+2. write those objects (then :mod:`receiver.service` acks).
 
 A second landing of the same batch (client retry, restarted receiver, another replica on the same
 bucket) loses the claim, reads the receipt and is a ``duplicate`` once every object it names

@@ -2,7 +2,7 @@
 
 :class:`Lander` serialises the landings of one source, checks that a batch's sequenceNumber is the
 next one, and lands it through its claim in the store (:mod:`receiver.claim`: receipt first, then
-objects, then the ack). If the store fails, the batch goes to the spool (:mod:`receiver.spool`)
+objects; :mod:`receiver.service` then acks). If the store fails, the batch goes to the spool (:mod:`receiver.spool`)
 and is acked ``fallback``; :meth:`Lander.drain` lands spooled batches through the same claim later.
 
 Everything here blocks (fsync, S3 calls): the app runs it in worker threads.

@@ -1,3 +1,3 @@
-"""The ``cdclake`` command: its entry point (:mod:`cdclake.cli.main.main`), the SQL shell and reports,
+"""The ``cdclake`` command: its entry point (:func:`cdclake.cli.main.main`), the SQL shell and reports,
 and the Debezium Server configuration tools.
 """

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from cdclake.client.errors import Ack, ProducerError
 from cdclake.client.producer import Producer
-from cdclake.client.replies import failure as _failure
 from cdclake.client.ws_transport import MAX_MESSAGE_BYTES, WsConnect, WsConnection, ws_url
 
 __all__ = [
@@ -28,6 +27,5 @@ __all__ = [
     "ProducerError",
     "WsConnect",
     "WsConnection",
-    "_failure",
     "ws_url",
 ]

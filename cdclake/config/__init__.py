@@ -1,3 +1,4 @@
-"""Configuration: the one front door (settings: file, then ``CDCLAKE_*`` env, then arguments),
+"""Configuration: the one front door (settings: keyword arguments over
+``CDCLAKE_*`` variables over defaults),
 per-table options, and owner-only secret files. Imports only :mod:`cdclake.contracts`.
 """

@@ -1,5 +1,6 @@
 """A small client for Airflow 3's REST API (``/api/v2``), authenticated with a JWT from the
-simple auth manager's ``/auth/token``. Used by the demo, ``cdclake trigger`` and the tests."""
+simple auth manager's ``/auth/token``. Used by the local stack, the receiver's
+Asset notifier, the demo and the tests."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The configured staging store: :func:`open_store`.
 
 Kept apart from :mod:`cdclake.staging` (the layout and the local store) so that the S3 backend,
-which builds on that layout, is imported by neither side of it: ``s3staging`` imports
-``staging``, this module imports both, and nothing imports this module back.
+which builds on that layout, is imported by neither side of it: ``staging.s3`` imports
+the layout, this module imports both, and nothing imports this module back.
 """
 
 from __future__ import annotations

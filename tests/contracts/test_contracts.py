@@ -177,7 +177,8 @@ def test_contracts_package_imports_nothing_heavy() -> None:
 def test_the_client_retries_exactly_the_nacks_the_receiver_says_may_pass_later(reason: NackReason) -> None:
     """One protocol (cdclake.contracts.protocol): the receiver's ``shouldRetry`` for a refusal and the
     SDK's reading of a WebSocket nack agree for every reason, with or without ``shouldRetry``."""
-    from cdclake.client import ProducerError, _failure
+    from cdclake.client import ProducerError
+    from cdclake.client.replies import failure as _failure
     from receiver.answer import refusal
     from receiver.rejected import Rejected
 

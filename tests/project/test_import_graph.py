@@ -10,8 +10,8 @@ Rules:
 - the two services stay apart: ``receiver`` never imports ``restcatalog`` and ``restcatalog``
   never imports ``receiver``, lazily or not. What both need lives in ``cdclake``.
 - inside ``cdclake``, dependencies point one way between its sub-packages (:data:`LAYERS`), lazily
-  or not: contracts <- config <- staging <- lake <- service <- orchestration <- dev <- cli, with
-  the producer SDK (``client``) on contracts alone.
+  or not: contracts <- config <- staging <- lake <- orchestration <- dev <- cli; ``service`` on
+  contracts and config only, the producer SDK (``client``) on contracts alone.
 - what runs in production (the services, the jobs, the DAGs) never imports ``cdclake.dev`` (the
   local stack, the demo, the reference model) or ``cdclake.cli``.
 - ``cdclake`` (the shared layer) imports none of ``receiver``, ``restcatalog``, ``spark_jobs``,
