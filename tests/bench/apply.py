@@ -5,7 +5,10 @@ One CDC workload (70/25/5 insert/update/delete, 10% duplicates, some out of orde
 table that already holds --base-rows rows, applied by
   (a) our Spark job (spark_jobs.apply.apply_table, in-process local[2] session, warm JVM),
   (b) pyiceberg on the same deduplicated changes: delete the changed keys, append the new rows,
-  (c) the floor: the same final state computed by pyarrow in one process, written as Parquet.
+  (c) the floor: the same final state computed by pyarrow in one process, written as Parquet,
+  (d) DuckDB on the same deduplicated changes, through the project's REST catalog: in one DuckDB
+      transaction, DELETE the changed keys and INSERT the new rows (DuckDB 1.5's MERGE INTO an
+      Iceberg table takes a single UPDATE/DELETE action, so an upsert with deletes cannot be one MERGE).
 Reports wall seconds, events/s and the ratios, and peak RSS of each process tree.
 """
 
@@ -170,6 +173,37 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any, float]:
     return dt, out, rss["peak_mib"]
 
 
+def duckdb_path(settings: Any, base: pa.Table, latest: pa.Table) -> tuple[float, float]:
+    """(d): the table made and filled by pyiceberg (not timed), then DuckDB's transaction, timed."""
+    from cdclake.lake.catalog import open_catalog
+    from tests.restcatalog.test_rest_engines import duckdb_connection
+    from tests.support.rest import serve
+
+    cat = open_catalog(settings)
+    cat.create_namespace_if_not_exists("duck")
+    cat.create_table(("duck", "bench"), schema=base.schema).append(base)
+    new_rows = final_rows(base.slice(0, 0), latest)
+    with serve(settings) as (url, _app):
+        con = duckdb_connection()
+        con.execute(f"ATTACH 'lake' AS lake (TYPE iceberg, ENDPOINT '{url}', AUTHORIZATION_TYPE 'none')")
+        con.register("changed", latest.select(["rowId"]))
+        con.register("new_rows", new_rows)
+
+        def apply() -> None:
+            con.execute("BEGIN")
+            con.execute("DELETE FROM lake.duck.bench WHERE _cdc_row_id IN (SELECT rowId FROM changed)")
+            con.execute("INSERT INTO lake.duck.bench SELECT * FROM new_rows")
+            con.execute("COMMIT")
+
+        dt, _, rss = timed(apply)
+        rows = con.execute("SELECT count(*) FROM lake.duck.bench").fetchone()
+    print(
+        f"[bench] (d) DuckDB delete+insert: {dt:.1f}s, {rows[0] if rows else '?'} rows, peak RSS {rss:.0f} MiB",
+        flush=True,
+    )
+    return dt, rss
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--events", type=int, default=200_000)
@@ -240,6 +274,9 @@ def main() -> None:
             flush=True,
         )
 
+    if "d" not in skip:
+        results["d"] = duckdb_path(settings, base, latest_changes(paths))
+
     if "a" not in skip:
         import spark_jobs.apply as job
         from cdclake.config.tables import load_table_config
@@ -297,13 +334,20 @@ def main() -> None:
         spark.stop()
 
     print(f"\n{'path':<34}{'seconds':>9}{'events/s':>12}{'peak RSS MiB':>14}")
-    names = {"a": "(a) cdclake Spark apply", "b": "(b) pyiceberg delete+append", "c": "(c) pyarrow floor"}
-    for k in ("a", "b", "c"):
+    names = {
+        "a": "(a) cdclake Spark apply",
+        "b": "(b) pyiceberg delete+append",
+        "c": "(c) pyarrow floor",
+        "d": "(d) DuckDB delete+insert (REST)",
+    }
+    for k in ("a", "b", "c", "d"):
         if k in results:
             dt, rss = results[k]
             print(f"{names[k]:<34}{dt:>9.1f}{n_events / dt:>12,.0f}{rss:>14,.0f}")
     if "a" in results and "b" in results:
         print(f"(b)/(a) = {results['b'][0] / results['a'][0]:.2f}  (goal >= 3)")
+    if "a" in results and "d" in results:
+        print(f"(d)/(a) = {results['d'][0] / results['a'][0]:.3f}  (goal > 1: ours faster than DuckDB)")
     if "a" in results and "c" in results:
         print(f"(a)/(c) = {results['a'][0] / results['c'][0]:.2f}  (goal <= 4)")
     shutil.rmtree(home, ignore_errors=True)
