@@ -27,6 +27,7 @@ from cdclake.dev.stack import free_port
 from receiver.__main__ import Server as ReceiverServer
 from receiver.app import create_app
 from tests.support import make_settings
+from tests.support.threaded import serve_app
 
 URL = "http://receiver.test"
 Reply = httpx.Response | Exception | Callable[[httpx.Request], httpx.Response]
@@ -478,17 +479,8 @@ def test_websocket_fails_over_and_resumes_on_the_other_replica(fake: FakeTime) -
 @pytest.fixture()
 def live_receiver(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     settings = make_settings(tmp_path)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "receiver did not start"
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}", settings.staging_dir
-    server.should_exit = True
-    thread.join(10)
+    with serve_app(create_app(settings), timeout_s=10) as url:
+        yield url, settings.staging_dir
 
 
 @pytest.mark.server

@@ -8,12 +8,8 @@ table locations inside the warehouse are the protocol's data, not a leak.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +28,7 @@ from cdclake.config.settings import PROJECT_ROOT, Settings, load
 from receiver import openapi as receiver_openapi
 from restcatalog import openapi as rest_openapi
 from tests.support import make_settings
+from tests.support.threaded import serve_app
 
 EXAMPLES = int(os.environ.get("CDCLAKE_SCHEMATHESIS_EXAMPLES", "25"))
 PHASES = list(Phase) if os.environ.get("CDCLAKE_SCHEMATHESIS_SHRINK") else [Phase.explicit, Phase.reuse, Phase.generate]
@@ -54,30 +51,6 @@ REST_OPS = labels(rest_openapi.document())
 # Its only behaviour without an Airflow is the documented 502 "Airflow refused or is down", and
 # it takes no input to fuzz; debouncing it is tested where it is built.
 NOT_FUZZED = {"POST /flush"}
-
-
-@contextlib.contextmanager
-def serve(app: Any, timeout_s: float = 20.0) -> Iterator[str]:
-    """uvicorn on a free 127.0.0.1 port, in a thread; stopped (bounded) on exit."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout_s)
-        sock.close()
 
 
 def leaks(text: str, settings: Settings) -> list[str]:
@@ -159,7 +132,7 @@ def receiver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     # No Airflow listens on airflow_port: nothing the fuzz sends may depend on one.
     settings = make_settings(home, rate_limit_per_s=0.0, airflow_port=free_port(), **extra)
     headers = {"Authorization": f"Bearer {PRODUCER_TOKEN}"} if extra else {}
-    with serve(create_app(settings)) as url:
+    with serve_app(create_app(settings), log_level="critical") as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
         yield schema, url, headers, settings
 
@@ -172,7 +145,7 @@ def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     tokens = home / "rest-tokens.toml"
     tokens.write_text(f'[[client]]\nid = "w"\naccess = "write"\nsecret = "s"\ntoken = "{REST_TOKEN}"\n')
     settings = make_settings(home, rest_tokens_file=tokens)
-    with serve(create_app(settings)) as url:
+    with serve_app(create_app(settings), log_level="critical") as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
         yield schema, url, {"Authorization": f"Bearer {REST_TOKEN}"}, settings
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,7 @@ from starlette.testclient import TestClient
 from cdclake.config.settings import Settings
 from restcatalog.app import create_app
 from tests.support import make_settings
+from tests.support.threaded import serve_app
 
 TOKENS = """
 [[client]]
@@ -57,28 +55,10 @@ def rest_settings(home: Path, tokens: bool = True, **overrides: Any) -> Settings
 
 @contextlib.contextmanager
 def serve(settings: Settings, timeout_s: float = 20.0) -> Iterator[tuple[str, Any]]:
-    """uvicorn on a free 127.0.0.1 port, in a thread; stopped (bounded) on exit."""
-    import uvicorn
-
+    """The REST catalog of ``settings`` on a real server (:func:`tests.support.threaded.serve_app`)."""
     app = create_app(settings)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("REST catalog server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(timeout_s)
-        sock.close()
+    with serve_app(app, timeout_s) as url:
+        yield url, app
 
 
 def rest_catalog(url: str, credential: str | None = "writer:wsecret", **props: str) -> Any:
