@@ -173,7 +173,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any, float]:
     return dt, out, rss["peak_mib"]
 
 
-def duckdb_path(settings: Any, base: pa.Table, latest: pa.Table) -> tuple[float, float]:
+def duckdb_path(settings: Any, base: pa.Table, latest: pa.Table) -> tuple[float, float, int]:
     """(d): the table made and filled by pyiceberg (not timed), then DuckDB's transaction, timed."""
     from cdclake.lake.catalog import open_catalog
     from tests.restcatalog.test_rest_engines import duckdb_connection
@@ -196,12 +196,13 @@ def duckdb_path(settings: Any, base: pa.Table, latest: pa.Table) -> tuple[float,
             con.execute("COMMIT")
 
         dt, _, rss = timed(apply)
-        rows = con.execute("SELECT count(*) FROM lake.duck.bench").fetchone()
+        found = con.execute("SELECT count(*) FROM lake.duck.bench").fetchone()
+    rows = int(found[0]) if found else -1
     print(
-        f"[bench] (d) DuckDB delete+insert: {dt:.1f}s, {rows[0] if rows else '?'} rows, peak RSS {rss:.0f} MiB",
+        f"[bench] (d) DuckDB delete+insert: {dt:.1f}s, {rows} rows, peak RSS {rss:.0f} MiB",
         flush=True,
     )
-    return dt, rss
+    return dt, rss, rows
 
 
 def main() -> None:
@@ -239,6 +240,7 @@ def main() -> None:
     base = base_rows(args.base_rows)
     n_events = len(evs)
     results: dict[str, tuple[float, float]] = {}
+    counts: dict[str, int] = {}  # rows each path ends with: they must agree
 
     if "c" not in skip:
 
@@ -248,7 +250,7 @@ def main() -> None:
             return int(out.num_rows)
 
         dt, rows_c, rss = timed(floor)
-        results["c"] = (dt, rss)
+        results["c"], counts["c"] = (dt, rss), rows_c
         print(f"[bench] (c) pyarrow floor: {dt:.1f}s, {rows_c} rows, peak RSS {rss:.0f} MiB", flush=True)
 
     if "b" not in skip:
@@ -268,14 +270,15 @@ def main() -> None:
                 tx.append(final_rows(base.slice(0, 0), latest))
 
         dt, _, rss = timed(pyiceberg_apply)
-        results["b"] = (dt, rss)
+        results["b"], counts["b"] = (dt, rss), tbl.scan().count()
         print(
-            f"[bench] (b) pyiceberg delete+append: {dt:.1f}s, {tbl.scan().count()} rows, peak RSS {rss:.0f} MiB",
+            f"[bench] (b) pyiceberg delete+append: {dt:.1f}s, {counts['b']} rows, peak RSS {rss:.0f} MiB",
             flush=True,
         )
 
     if "d" not in skip:
-        results["d"] = duckdb_path(settings, base, latest_changes(paths))
+        dt, rss, counts["d"] = duckdb_path(settings, base, latest_changes(paths))
+        results["d"] = (dt, rss)
 
     if "a" not in skip:
         import spark_jobs.apply as job
@@ -325,9 +328,9 @@ def main() -> None:
             ).writeTo(ident).append()
         spark.conf.unset("spark.sql.iceberg.check-nullability")
         dt, res, rss = timed(lambda: apply_table(spark, settings, "bench", 10_000))
-        results["a"] = (dt, rss)
+        results["a"], counts["a"] = (dt, rss), spark.table(ident).count()
         print(
-            f"[bench] (a) cdclake Spark apply: {dt:.1f}s, {spark.table(ident).count()} rows, peak RSS {rss:.0f} MiB "
+            f"[bench] (a) cdclake Spark apply: {dt:.1f}s, {counts['a']} rows, peak RSS {rss:.0f} MiB "
             f"{json.dumps({k: res[k] for k in ('received', 'applied', 'duplicate', 'superseded', 'late', 'phases')})}",
             flush=True,
         )
@@ -351,6 +354,9 @@ def main() -> None:
     if "a" in results and "c" in results:
         print(f"(a)/(c) = {results['a'][0] / results['c'][0]:.2f}  (goal <= 4)")
     shutil.rmtree(home, ignore_errors=True)
+    if len(set(counts.values())) > 1:
+        raise SystemExit(f"[bench] the paths end with different row counts: {counts}")
+    print(f"[bench] every path ends with {next(iter(counts.values()), 0):,} rows")
 
 
 if __name__ == "__main__":
