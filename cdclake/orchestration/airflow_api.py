@@ -4,8 +4,10 @@ Asset notifier, the demo and the tests."""
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -26,9 +28,9 @@ def _sleep(seconds: float) -> None:
 
 
 def _last_answer(state: tenacity.RetryCallState) -> httpx.Response:
-    """Out of attempts: the last answer, not tenacity's RetryError."""
+    """Out of attempts: the last answer (or the last transport error), not tenacity's RetryError."""
     assert state.outcome is not None
-    response: httpx.Response = state.outcome.result()
+    response: httpx.Response = state.outcome.result()  # raises the attempt's exception, if any
     return response
 
 
@@ -49,11 +51,13 @@ class AirflowClient:
         token: str = r.json()["access_token"]
         return token
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def request(self, method: str, path: str, *, resend: bool = False, **kwargs: Any) -> httpx.Response:
         # Airflow on SQLite answers 500 "Database error" when a write waits past SQLite's busy
-        # timeout (the scheduler and task heartbeats hold the one writer lock): an idempotent
-        # request is sent again after a pause, 4 times at most; a POST is not (it may have taken
-        # effect). The last answer is returned either way, for the caller to judge.
+        # timeout (the scheduler and task heartbeats hold the one writer lock), and a loaded
+        # api-server can miss the read timeout: an idempotent request (or a POST the caller made
+        # idempotent with its own key, ``resend=True``) is sent again after a pause, 4 times at
+        # most; any other POST is not (it may have taken effect). The last answer is returned,
+        # or the last transport error raised, for the caller to judge.
         import tenacity  # the pipeline's: `cdclake` imports this module in a client-only install too
 
         relogged = False
@@ -67,9 +71,10 @@ class AirflowClient:
             return r
 
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(5 if method.upper() in IDEMPOTENT else 1),
+            stop=tenacity.stop_after_attempt(5 if resend or method.upper() in IDEMPOTENT else 1),
             wait=tenacity.wait_fixed(2.0),
-            retry=tenacity.retry_if_result(lambda r: r.status_code in (500, 503)),
+            retry=tenacity.retry_if_result(lambda r: r.status_code in (500, 503))
+            | tenacity.retry_if_exception_type(httpx.TransportError),
             retry_error_callback=_last_answer,
             sleep=_sleep,
         )
@@ -133,9 +138,16 @@ class AirflowClient:
         return runs
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
-        run = self.json("POST", f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
-        run_id: str = run["dag_run_id"]
-        return run_id
+        """A new manual run. Its id is chosen here (random, so no one else holds it), which makes
+        the POST safe to resend: a 409 for it means an earlier attempt created the run."""
+        run_id = f"manual__{datetime.now(UTC).isoformat()}_{secrets.token_hex(4)}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
+        r = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", resend=True, json=body)
+        if r.status_code == 409:
+            return str(self.run(dag_id, run_id)["dag_run_id"])
+        if r.status_code >= 300:
+            raise AirflowError(f"POST /api/v2/dags/{dag_id}/dagRuns: HTTP {r.status_code} {r.text[:300]}")
+        return str(r.json()["dag_run_id"])
 
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.json("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
