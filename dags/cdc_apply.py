@@ -30,7 +30,9 @@ task mapping) in a session on the long-lived **Spark Connect** server
 `CDCLAKE_SPARK_CONNECT_URL` is empty. With more tables than `CDCLAKE_MAX_MAPPED_TASKS`
 (default 32; Airflow refuses more than 1,024 mapped tasks) each task applies a group of tables
 in turn (`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a
-table that fails does not stop the rest of its group.
+table that fails does not stop the rest of its group. While data keeps landing, a task keeps
+applying its tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds
+(default 120; 0 = one pass): a steady stream does not wait for a new DAG run per micro-batch.
 
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
@@ -41,7 +43,7 @@ Next to each table the job keeps `<table>__changes` (every event with its outcom
 `<table>__tombstones` (deleted keys, so late events cannot resurrect them).
 
 **Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
-The task log of each mapped `apply` task has a `CDCLAKE_RESULT {...}` line per table: objects
+The task log of each mapped `apply` task has a `CDCLAKE_RESULT {...}` line per table and pass: objects
 consumed, events received = applied + duplicate + superseded + late + quarantined, and the
 wall seconds of each phase.
 """
@@ -88,7 +90,8 @@ def cdc_apply() -> None:
         for group in table_groups(pending, settings.max_mapped_tasks):
             log.info("apply group %d: %s", len(jobs), {t: pending[t] for t in group})
             runs = [["--table", t, "--max-objects", max_objects] for t in group]
-            jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, f"cdc_apply-{group[0]}"))
+            name = f"cdc_apply-{group[0]}"
+            jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, drain_s=settings.apply_drain_s))
         return jobs
 
     # spark-submit: two tables at a time (each is a JVM; on 2 cores a third only adds

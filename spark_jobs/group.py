@@ -1,5 +1,5 @@
 """Run one job (``spark_jobs.<module>.main``) several times in turn, in one Spark session: how a
-DAG task applies (or maintains) a group of tables.
+DAG task applies (or maintains) a group of tables, and how an apply task keeps draining.
 
 A DAG maps at most ``CDCLAKE_MAX_MAPPED_TASKS`` tasks (Airflow refuses a task mapped over more
 than 1,024 items), so with more tables than that each task gets a group::
@@ -9,6 +9,14 @@ than 1,024 items), so with more tables than that each task gets a group::
 A run that fails does not stop the rest of its group; the task fails after them, naming the
 failed runs, and Airflow's retry runs the group again: every job is idempotent (a table applied
 on the first try finds nothing pending on the second).
+
+``--drain-seconds S`` (``CDCLAKE_APPLY_DRAIN_S`` for ``cdc_apply``): after the first pass, the
+runs whose result says they committed go again, pass after pass, until a pass commits nothing or
+``S`` seconds have gone since the task began. A steady stream is then applied micro-batch after
+micro-batch inside one task, instead of paying a DAG run (scheduler, plan, task start) per
+micro-batch and waiting for the slowest table of the run. Each micro-batch is its own job call:
+its own ``CDCLAKE_RESULT`` line and commit, and the table's lock is released between them, so
+maintenance is not starved. A run that fails leaves the loop.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import argparse
 import importlib
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -31,24 +40,53 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--module", required=True, help="job module with main(spark, argv), e.g. spark_jobs.apply")
     p.add_argument("--runs", required=True, help="JSON list of argv lists, one per run, in order")
+    p.add_argument("--drain-seconds", type=float, default=0.0, help="keep re-running runs that committed (0: once)")
     return p.parse_args(argv)
+
+
+def committed(result: Any) -> bool:
+    """Did this run change its table? (The apply's result says so; other jobs never drain.)"""
+    return isinstance(result, dict) and bool(result.get("committed"))
 
 
 def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     runs: list[list[str]] = json.loads(args.runs)
-    job = importlib.import_module(args.module)
+    return drain(spark, importlib.import_module(args.module).main, runs, args.drain_seconds)
+
+
+def drain(
+    spark: SparkSession,
+    job: Callable[[SparkSession, list[str]], Any],
+    runs: list[list[str]],
+    seconds: float = 0.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Every run once, then again while it commits and ``seconds`` last (see the module doc)."""
+    deadline = clock() + seconds
     results: list[Any] = []
     failed: list[str] = []
-    for i, run in enumerate(runs):
-        try:
-            results.append(job.main(spark, list(run)))
-        except Exception as exc:  # the rest of the group still runs; the task fails at the end
-            log.exception("run %d of %d (%s) failed", i + 1, len(runs), " ".join(run))
-            failed.append(f"{' '.join(run)}: {type(exc).__name__}: {exc}")
+    todo, passes = runs, 0
+    while todo:
+        passes += 1
+        again: list[list[str]] = []
+        for i, run in enumerate(todo):
+            try:
+                result = job(spark, list(run))
+            except Exception as exc:  # the rest of the group still runs; the task fails at the end
+                log.exception("run %d of %d (%s) failed", i + 1, len(todo), " ".join(run))
+                failed.append(f"{' '.join(run)}: {type(exc).__name__}: {exc}")
+                continue
+            results.append(result)
+            if committed(result):
+                again.append(run)
+        left = deadline - clock()
+        todo = again if left > 0 else []
+        if todo:
+            print(f"cdclake: drain pass {passes + 1}: {len(todo)} of {len(runs)} runs, {left:.0f}s left", flush=True)
     if failed:
-        raise RuntimeError(f"{len(failed)} of {len(runs)} runs of {args.module} failed: " + "; ".join(failed))
-    return {"runs": results}
+        raise RuntimeError(f"{len(failed)} of {len(runs)} runs of {job.__module__} failed: " + "; ".join(failed))
+    return {"runs": results, "passes": passes}
 
 
 if __name__ == "__main__":

@@ -122,6 +122,9 @@ class Settings:
     are gone): a resend within it is a duplicate, its numbering is checked."""
     max_mapped_tasks: int = 32
     """Mapped tasks per DAG run (Airflow refuses more than 1,024): tables are grouped."""
+    apply_drain_s: int = 120
+    """An apply task keeps applying its tables while each pass commits, for up to this long
+    (spark_jobs.group.drain); 0: one pass per DAG run."""
     notify_debounce_ms: int = 1_000
     """At most one Airflow Asset event per this interval (0 disables notification)."""
     airflow_user: str = "admin"
@@ -318,6 +321,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         max_sources=_int(e, "CDCLAKE_MAX_SOURCES", 1_000, 1),
         receipt_retention_s=_int(e, "CDCLAKE_RECEIPT_RETENTION_S", 7 * 24 * 3600, 0),
         max_mapped_tasks=_int(e, "CDCLAKE_MAX_MAPPED_TASKS", 32, 1),
+        apply_drain_s=_int(e, "CDCLAKE_APPLY_DRAIN_S", 120, 0),
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
         airflow_user=s("AIRFLOW_USER", "admin"),
         airflow_password=s("AIRFLOW_PASSWORD", ""),

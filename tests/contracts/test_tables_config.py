@@ -46,7 +46,7 @@ def test_per_table_options_over_defaults(tmp_path: Path) -> None:
         ("[tables.t", "CDCLAKE_TABLE_CONFIG="),
         ('[tables.t]\ntypes = { a = "money" }', "[tables.t].types.a: 'money' is not a column type"),
         ('[tables.t]\ntypes = { a = "decimal(39,2)" }', "[tables.t].types.a: 'decimal(39,2)': decimal precision"),
-        ('[tables.t]\ntypes = ["int"]', "[tables.t].types must be a table of column = \"type\""),
+        ('[tables.t]\ntypes = ["int"]', '[tables.t].types must be a table of column = "type"'),
         ('[defaults]\ntypes = { a = "int" }', "[defaults]: types are set per table"),
     ],
 )

@@ -34,3 +34,28 @@ def test_a_group_job_applies_each_of_its_tables(spark: Any, spark_home: Path, mo
     # A retry of the whole group (Airflow's, after one table failed) applies nothing twice.
     again = group.main(spark, ["--module", "spark_jobs.apply", "--runs", json.dumps(runs)])
     assert all(r.get("objects", 0) == 0 for r in again["runs"]), again
+
+
+def test_a_draining_task_applies_micro_batch_after_micro_batch(
+    spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One object per pass (``--max-objects 1``): one drain call keeps applying until a pass finds
+    nothing, one commit per object, and ends where the reference model does."""
+    settings = fresh_settings(spark_home)
+    for name, value in settings.as_env().items():
+        monkeypatch.setenv(name, value)
+    tables = ("delta", "epsilon")
+    w = generate(events=120, seed=5, tables=tables, batch_size=30, duplicate_every=0)
+    keys = stage(settings, w.batches)
+    objects = {t: sum(k.table == t for k in keys) for t in tables}
+    assert min(objects.values()) >= 3, objects
+    runs = [["--table", t, "--max-objects", "1"] for t in tables]
+    result = group.main(spark, ["--module", "spark_jobs.apply", "--runs", json.dumps(runs), "--drain-seconds", "600"])
+    per_table = {t: [r["objects"] for r in result["runs"] if r["table"] == t] for t in tables}
+    assert per_table == {t: [1] * n + [0] for t, n in objects.items()}, per_table
+    assert result["passes"] == max(objects.values()) + 1
+    expected = expected_tables(w.batches)
+    for t in tables:
+        assert not diff(expected[t], table_rows(spark, table_ident(settings, t))), t
+        applies = spark.sql(f"SELECT count(*) AS n FROM {table_ident(settings, t)}.snapshots").first()
+        assert applies is not None and applies["n"] >= objects[t], t  # a commit per micro-batch

@@ -149,4 +149,67 @@ def test_a_group_applies_every_table_in_turn_and_fails_only_after_the_rest(monke
         group.main(None, ["--module", "fake_job", "--runs", json.dumps(runs)])  # type: ignore[arg-type]
     assert seen == ["a", "b", "c"]
     two = group.main(None, ["--module", "fake_job", "--runs", json.dumps([runs[0], runs[2]])])  # type: ignore[arg-type]
-    assert two == {"runs": [{"table": "a"}, {"table": "c"}]}
+    assert two == {"runs": [{"table": "a"}, {"table": "c"}], "passes": 1}
+
+
+# --------------------------------------------------------------------------- issue 16: a task drains
+
+
+def _committing(commits: dict[str, int], seen: list[str], fail: str = "") -> Any:
+    """A job whose table ``t`` commits on its first ``commits[t]`` calls, then finds nothing."""
+
+    def main(spark: Any, argv: list[str]) -> dict[str, Any]:
+        t = table_of(argv)
+        seen.append(t)
+        if t == fail and seen.count(t) == 2:
+            raise RuntimeError("lost the session")
+        commits[t] -= 1
+        return {"table": t, "committed": commits[t] >= 0}
+
+    return main
+
+
+def test_a_drain_runs_again_what_committed_until_a_pass_commits_nothing() -> None:
+    from spark_jobs.group import drain
+
+    seen: list[str] = []
+    runs = [["--table", t] for t in ("a", "b", "c")]
+    out = drain(None, _committing({"a": 3, "b": 1, "c": 0}, seen), runs, seconds=60)  # type: ignore[arg-type]
+    assert seen == ["a", "b", "c", "a", "b", "a", "a"]
+    assert out["passes"] == 4 and [r["committed"] for r in out["runs"]] == [True, True, False, True, False, True, False]
+    seen.clear()
+    once = drain(None, _committing({"a": 3, "b": 1, "c": 0}, seen), runs, seconds=0)  # type: ignore[arg-type]
+    assert seen == ["a", "b", "c"] and once["passes"] == 1
+
+
+def test_a_drain_stops_at_its_budget_and_a_failed_run_leaves_the_loop() -> None:
+    from spark_jobs.group import drain
+
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 10.0  # each look at the clock is ten seconds later
+        return now[0]
+
+    seen: list[str] = []
+    runs = [["--table", t] for t in ("a", "b")]
+    # deadline 10 + 25 = 35: the looks after passes 1 and 2 (20, 30) go on, after pass 3 (40) stop
+    drain(None, _committing({"a": 99, "b": 99}, seen), runs, seconds=25, clock=clock)  # type: ignore[arg-type]
+    assert seen == ["a", "b"] * 3
+    seen.clear()
+    with pytest.raises(RuntimeError, match=r"1 of 2 runs .*--table b: RuntimeError: lost the session"):
+        drain(None, _committing({"a": 3, "b": 99}, seen, fail="b"), runs, seconds=60)  # type: ignore[arg-type]
+    assert seen == ["a", "b", "a", "b", "a", "a"]  # b failed in pass 2; a drained on
+
+
+def test_cdc_apply_plan_drains_each_task_unless_told_not_to(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: {"t": 3})
+    plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
+    [job] = plan(params={"tables": [], "max_objects": 10})
+    argv = list(job.get("argv") or job.get("application_args") or [])
+    assert argv[argv.index("--drain-seconds") + 1] == "120"
+    assert runs_of(job) == [["--table", "t", "--max-objects", "10"]]
+    monkeypatch.setenv("CDCLAKE_APPLY_DRAIN_S", "0")
+    [job] = plan(params={"tables": [], "max_objects": 10})
+    assert "--drain-seconds" not in (job.get("argv") or job.get("application_args") or [])
+    assert runs_of(job) == [["--table", "t", "--max-objects", "10"]]
