@@ -19,6 +19,9 @@ from cdclake.contracts.protocol import DEFAULT_MAX_BODY_BYTES
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MAX_MAP_LENGTH = 1024
 """Airflow's default ``[core] max_map_length``: a task mapped over more items fails."""
+MAX_APPLY_DRAIN_S = 900
+"""Half of ``cdc_apply``'s 30-minute execution_timeout: a drain's last pass starts before its
+budget ends and must still end inside the timeout (a killed task redoes its pass on retry)."""
 
 
 class SettingsError(ValueError):
@@ -360,6 +363,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         raise SettingsError(f"CDCLAKE_MAX_DEPTH must be <= {MAX_DEPTH_CEILING}, got {values['max_depth']}")
     if values["backlog_hard"] < values["backlog_soft"]:
         raise SettingsError("CDCLAKE_BACKLOG_HARD must be >= CDCLAKE_BACKLOG_SOFT")
+    if values["apply_drain_s"] > MAX_APPLY_DRAIN_S:
+        raise SettingsError(
+            f"CDCLAKE_APPLY_DRAIN_S must be <= {MAX_APPLY_DRAIN_S} (half of cdc_apply's execution_timeout), "
+            f"got {values['apply_drain_s']}"
+        )
     if values["max_mapped_tasks"] > MAX_MAP_LENGTH:
         raise SettingsError(f"CDCLAKE_MAX_MAPPED_TASKS must be <= {MAX_MAP_LENGTH} (Airflow's max_map_length)")
     return Settings(**values)

@@ -126,6 +126,8 @@ def test_init_names_the_catalog_url_without_its_password_when_the_database_is_do
         ({"CDCLAKE_AIRFLOW_DB_URL": "mysql://x"}, "CDCLAKE_AIRFLOW_DB_URL"),
         ({"CDCLAKE_SPARK_SHIP_JARS": "maybe"}, "CDCLAKE_SPARK_SHIP_JARS"),
         ({"CDCLAKE_SPARK_CORES_MAX": "-1"}, "CDCLAKE_SPARK_CORES_MAX"),
+        ({"CDCLAKE_APPLY_DRAIN_S": "3600"}, "CDCLAKE_APPLY_DRAIN_S must be <= 900"),
+        ({"CDCLAKE_APPLY_DRAIN_S": "-1"}, "CDCLAKE_APPLY_DRAIN_S"),
     ],
 )
 def test_bad_distributed_settings_name_the_variable(tmp_path: Path, env: dict[str, str], words: str) -> None:

@@ -213,3 +213,12 @@ def test_cdc_apply_plan_drains_each_task_unless_told_not_to(dagbag, monkeypatch,
     [job] = plan(params={"tables": [], "max_objects": 10})
     assert "--drain-seconds" not in (job.get("argv") or job.get("application_args") or [])
     assert runs_of(job) == [["--table", "t", "--max-objects", "10"]]
+
+
+def test_a_drain_within_its_limit_ends_inside_cdc_apply_s_timeout(dagbag) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from cdclake.config.settings import MAX_APPLY_DRAIN_S
+
+    timeout = dagbag.dags["cdc_apply"].get_task("apply").execution_timeout
+    assert timeout is not None and timeout >= timedelta(seconds=2 * MAX_APPLY_DRAIN_S)
