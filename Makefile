@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-compaction bench-rest bench-scale
+.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-rest bench-scale
 
 PY := .venv/bin/python
 
@@ -56,6 +56,10 @@ bench-receiver: setup
 # Ack -> visible in Spark SQL with Airflow in the loop, Spark Connect vs spark-submit: `make bench-freshness`
 bench-freshness: setup
 	@$(PY) -m tests.bench.freshness $(ARGS)
+
+# One small apply alone (what freshness is made of), 30 vs 4,000 events: `make bench-microbatch`
+bench-microbatch: setup
+	@$(PY) -m tests.bench.microbatch $(ARGS)
 
 # Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
 bench-compaction: setup

@@ -1,0 +1,157 @@
+"""Micro-batch benchmark (not a test): `make bench-microbatch` or
+    .venv/bin/python -m tests.bench.microbatch [--events 30,4000] [--objects 30] [--applies 6]
+
+What one small apply costs alone, the number freshness is made of: a table of 20,000 rows, then
+``--applies`` micro-batches per size, each ``--objects`` staging objects holding ``--events``
+events in all (90% updates, 10% deletes), applied by ``spark_jobs.apply.apply_table`` in one warm
+in-process local[2] session. The sizes run side by side: the smallest is the baseline, so
+``size / baseline`` near 1 says the apply is fixed cost (planning, Spark jobs, commits), not
+per-event work. Reported per size, over every apply but the first (it warms the JVM): wall and
+CPU seconds (this process and the Spark JVM), Spark jobs, and the mean of each phase with its
+Spark jobs. The table is checked against the reference model at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.bench.apply import cpu_seconds
+
+TABLE = "t"
+BASE_ROWS = 20_000
+
+
+class Workload:
+    """Batches for one producer over ``BASE_ROWS`` keys, kept for the reference model."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.seq = 0
+        self.batches: list[dict[str, Any]] = []
+
+    def batch(self, n: int, inserts: bool = False) -> dict[str, Any]:
+        events = []
+        for _ in range(n):
+            self.seq += 1
+            key = str(self.seq - 1 if inserts else self.rng.randrange(BASE_ROWS))
+            op = "INSERT" if inserts else ("UPDATE" if self.rng.random() < 0.9 else "DELETE")
+            after = None if op == "DELETE" else {"id": int(key), "n": self.seq, "label": f"{key}-{self.seq}"}
+            events.append(
+                {"sequence": self.seq, "timestamp": 1_767_225_600_000 + self.seq, "operation": op}
+                | {"table": TABLE, "rowId": key, "after": after}
+            )
+        b = {"source": "bench", "sequenceNumber": self.seq, "events": events}
+        self.batches.append(b)
+        return b
+
+
+@contextmanager
+def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
+    """Spark jobs per apply phase: ``Phases.end`` also notes the jobs the tracker has seen."""
+    import spark_jobs.apply as ap
+
+    tracker = spark.sparkContext.statusTracker()
+    jobs: dict[str, int] = {}
+    end, init = ap.Phases.end, ap.Phases.__init__
+    seen = [0]
+
+    def counted_init(self: Any) -> None:
+        init(self)
+        seen[0] = len(tracker.getJobIdsForGroup())
+
+    def counted_end(self: Any, name: str) -> None:
+        now = len(tracker.getJobIdsForGroup())
+        jobs[name] = now - seen[0]
+        seen[0] = now
+        end(self, name)
+
+    ap.Phases.__init__, ap.Phases.end = counted_init, counted_end  # type: ignore[method-assign]
+    try:
+        yield jobs
+    finally:
+        ap.Phases.__init__, ap.Phases.end = init, end  # type: ignore[method-assign]
+
+
+def run(sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    from cdclake.config.settings import load
+    from cdclake.dev.reference import diff, expected_tables, rows_by_key
+    from cdclake.lake.spark import session, table_ident
+    from spark_jobs.apply import apply_table
+    from tests.support import stage
+
+    home = Path(tempfile.mkdtemp(prefix="cdclake-microbatch-"))
+    settings = load({"CDCLAKE_HOME": str(home)})
+    os.environ.update(settings.as_env())
+    spark = session(settings, "cdclake-bench-microbatch")
+    for kv in conf:
+        spark.conf.set(*kv.split("=", 1))
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
+    w = Workload()
+    stage(settings, [w.batch(BASE_ROWS // 10, inserts=True) for _ in range(10)])
+    apply_table(spark, settings, TABLE, 1000)
+    out = []
+    with counting_jobs(spark) as jobs:
+        for size in sizes:
+            rows = []
+            for _ in range(applies):
+                stage(settings, [w.batch(max(1, size // objects)) for _ in range(objects)])
+                t0, c0 = time.perf_counter(), cpu_seconds()
+                r = apply_table(spark, settings, TABLE, 1000)
+                rows.append(
+                    {"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0, "phases": r["phases"]}
+                    | {"jobs": dict(jobs), "events": r["received"]}
+                )
+            out.append({"size": size, "applies": rows[1:]})
+            print(f"[microbatch] {size} events: {[round(r['wall'], 2) for r in rows]} s", flush=True)
+    got = rows_by_key(spark.table(table_ident(settings, TABLE)).collect())
+    problems = diff(expected_tables(w.batches)[TABLE], got)
+    spark.stop()
+    if problems:
+        raise SystemExit(f"the table differs from the reference model: {problems[:3]}")
+    return out
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    base = statistics.fmean(r["wall"] for r in results[0]["applies"])
+    print("\nmeans over the applies after the first")
+    print(f"{'events':>8}{'wall s':>9}{'cpu s':>8}{'jobs':>6}{'x base':>8}")
+    for res in results:
+        a = res["applies"]
+        wall = statistics.fmean(r["wall"] for r in a)
+        cpu = statistics.fmean(r["cpu"] for r in a)
+        jobs = statistics.fmean(sum(r["jobs"].values()) for r in a)
+        print(f"{res['size']:>8}{wall:>9.2f}{cpu:>8.2f}{jobs:>6.0f}{wall / base:>8.2f}")
+    for res in results:
+        print(f"\n{res['size']} events: phase  mean s  Spark jobs")
+        for phase in res["applies"][0]["phases"]:
+            secs = statistics.fmean(r["phases"].get(phase, 0.0) for r in res["applies"])
+            print(f"  {phase:<12}{secs:>7.2f}{res['applies'][0]['jobs'].get(phase, 0):>6}")
+    print("\nthe table matches the reference model")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument(
+        "--events", default="30,4000", help="events per micro-batch, comma-separated; the first is the baseline"
+    )
+    ap.add_argument("--objects", type=int, default=30, help="staging objects per micro-batch")
+    ap.add_argument("--applies", type=int, default=6, help="micro-batches per size (the first is not counted)")
+    ap.add_argument(
+        "--conf", action="append", default=[], help="a Spark SQL conf for the session: KEY=VALUE, repeatable"
+    )
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.events.split(",") if s.strip()]
+    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf)))
+
+
+if __name__ == "__main__":
+    main()
