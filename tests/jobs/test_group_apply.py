@@ -4,6 +4,8 @@ through the same ``main`` the plain job runs, on real Spark + Iceberg tables."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,9 @@ import pytest
 
 from cdclake.dev.reference import diff, expected_tables
 from cdclake.dev.workload import generate
+from cdclake.lake.locks import table_lock
 from cdclake.lake.spark import table_ident
-from spark_jobs import group
+from spark_jobs import apply, group
 from tests.support import fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
@@ -40,10 +43,29 @@ def test_a_draining_task_applies_micro_batch_after_micro_batch(
     spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One object per pass (``--max-objects 1``): one drain call keeps applying until a pass finds
-    nothing, one commit per object, and ends where the reference model does."""
+    nothing, one commit per object, and ends where the reference model does. A compaction that
+    starts waiting for the table's lock during the first pass gets it before the second: the
+    drain holds the lock per micro-batch, not for the whole drain."""
     settings = fresh_settings(spark_home)
     for name, value in settings.as_env().items():
         monkeypatch.setenv(name, value)
+    order: list[str] = []
+    waiter: list[threading.Thread] = []
+    apply_table = apply.apply_table
+
+    def compact() -> None:
+        with table_lock(settings, "delta", "compact", wait_s=300):
+            order.append("compact")
+
+    def observed(spark: Any, settings: Any, table: str, max_objects: int) -> dict[str, Any]:
+        order.append(table)
+        if table == "delta" and not waiter:  # the first pass holds delta's lock here
+            waiter.append(threading.Thread(target=compact))
+            waiter[0].start()
+            time.sleep(2)  # it queues for the lock while this pass still holds it
+        return apply_table(spark, settings, table, max_objects)
+
+    monkeypatch.setattr(apply, "apply_table", observed)
     tables = ("delta", "epsilon")
     w = generate(events=120, seed=5, tables=tables, batch_size=30, duplicate_every=0)
     keys = stage(settings, w.batches)
@@ -54,6 +76,9 @@ def test_a_draining_task_applies_micro_batch_after_micro_batch(
     per_table = {t: [r["objects"] for r in result["runs"] if r["table"] == t] for t in tables}
     assert per_table == {t: [1] * n + [0] for t, n in objects.items()}, per_table
     assert result["passes"] == max(objects.values()) + 1
+    waiter[0].join(timeout=60)
+    second_delta = order.index("delta", 1)
+    assert "compact" in order[:second_delta], order  # not only after the whole drain
     expected = expected_tables(w.batches)
     for t in tables:
         assert not diff(expected[t], table_rows(spark, table_ident(settings, t))), t
