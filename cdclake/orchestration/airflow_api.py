@@ -144,7 +144,7 @@ class AirflowClient:
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
         r = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", resend=True, json=body)
         if r.status_code == 409:
-            return str(self.run(dag_id, run_id)["dag_run_id"])
+            return run_id
         if r.status_code >= 300:
             raise AirflowError(f"POST /api/v2/dags/{dag_id}/dagRuns: HTTP {r.status_code} {r.text[:300]}")
         return str(r.json()["dag_run_id"])

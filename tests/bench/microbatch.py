@@ -1,13 +1,15 @@
 """Micro-batch benchmark (not a test): `make bench-microbatch` or
     .venv/bin/python -m tests.bench.microbatch [--events 30,4000] [--objects 30] [--applies 6]
 
-What one small apply costs alone, the number freshness is made of: a table of 20,000 rows, then
-``--applies`` micro-batches per size, each ``--objects`` staging objects holding ``--events``
-events in all (90% updates, 10% deletes), applied by ``spark_jobs.apply.apply_table`` in one warm
-in-process local[2] session. The sizes run side by side: the smallest is the baseline, so
-``size / baseline`` near 1 says the apply is fixed cost (planning, Spark jobs, commits), not
-per-event work. Reported per size, over every apply but the first (it warms the JVM): wall and
-CPU seconds (this process and the Spark JVM), Spark jobs, and the mean of each phase with its
+What one small apply costs alone, the number freshness is made of: a table made from 20,000
+events over 20,000 keys, then ``--applies`` micro-batches per size, each ``--objects`` staging
+objects holding ``--events`` events in all (the project's workload generator,
+cdclake.dev.workload: inserts, updates, deletes, some out of order), applied by
+``spark_jobs.apply.apply_table`` in one warm in-process local[2] session. The sizes run side by
+side: the smallest is the baseline, so ``size / baseline`` near 1 says the apply is fixed cost
+(planning, Spark jobs, commits), not per-event work. Reported per size, over every apply but
+the first (it warms the JVM): wall and CPU seconds (this process and the Spark JVM), Spark jobs,
+and the mean of each phase with its
 Spark jobs. The table is checked against the reference model at the end.
 """
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import tempfile
 import time
@@ -30,28 +31,32 @@ TABLE = "t"
 BASE_ROWS = 20_000
 
 
-class Workload:
-    """Batches for one producer over ``BASE_ROWS`` keys, kept for the reference model."""
+class Stream:
+    """One producer's batches over ``BASE_ROWS`` keys (cdclake.dev.workload.generate, numbering
+    continued from call to call), all kept for the reference model."""
 
-    def __init__(self, seed: int = 1) -> None:
-        self.rng = random.Random(seed)
-        self.seq = 0
+    def __init__(self) -> None:
         self.batches: list[dict[str, Any]] = []
+        self.sequence = self.batch = 1
 
-    def batch(self, n: int, inserts: bool = False) -> dict[str, Any]:
-        events = []
-        for _ in range(n):
-            self.seq += 1
-            key = str(self.seq - 1 if inserts else self.rng.randrange(BASE_ROWS))
-            op = "INSERT" if inserts else ("UPDATE" if self.rng.random() < 0.9 else "DELETE")
-            after = None if op == "DELETE" else {"id": int(key), "n": self.seq, "label": f"{key}-{self.seq}"}
-            events.append(
-                {"sequence": self.seq, "timestamp": 1_767_225_600_000 + self.seq, "operation": op}
-                | {"table": TABLE, "rowId": key, "after": after}
-            )
-        b = {"source": "bench", "sequenceNumber": self.seq, "events": events}
-        self.batches.append(b)
-        return b
+    def next(self, events: int, batch_size: int, seed: int) -> list[dict[str, Any]]:
+        from cdclake.dev.workload import generate
+
+        w = generate(
+            seed=seed,
+            events=events,
+            tables=(TABLE,),
+            batch_size=batch_size,
+            source="bench",
+            keys_per_table=BASE_ROWS,
+            start_sequence=self.sequence,
+            start_batch=self.batch,
+            duplicate_every=0,
+        )
+        self.sequence += events
+        self.batch += len(w.batches)
+        self.batches += w.batches
+        return w.batches
 
 
 @contextmanager
@@ -95,15 +100,15 @@ def run(sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = ()
     for kv in conf:
         spark.conf.set(*kv.split("=", 1))
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
-    w = Workload()
-    stage(settings, [w.batch(BASE_ROWS // 10, inserts=True) for _ in range(10)])
+    w = Stream()
+    stage(settings, w.next(BASE_ROWS, BASE_ROWS // 10, seed=0))
     apply_table(spark, settings, TABLE, 1000)
     out = []
     with counting_jobs(spark) as jobs:
         for size in sizes:
             rows = []
-            for _ in range(applies):
-                stage(settings, [w.batch(max(1, size // objects)) for _ in range(objects)])
+            for i in range(applies):
+                stage(settings, w.next(size, max(1, size // objects), seed=size + i))
                 t0, c0 = time.perf_counter(), cpu_seconds()
                 r = apply_table(spark, settings, TABLE, 1000)
                 rows.append(
