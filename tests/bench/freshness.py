@@ -221,7 +221,8 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         seen = visible_at(settings)
         _wait_runs_end(stack, timeout=300)  # a draining run ends after a pass that finds nothing
         parts, runs, _ = breakdown(stack, since)
-        lat = []
+        lat: list[float] = []
+        timed: list[tuple[float, float]] = []  # (seconds since the load began, latency)
         missing = 0
         tables_of = _tables_per_batch(load_)
         for source, seq, acked_at, _ in load_.acked:
@@ -231,6 +232,7 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
                     missing += 1
                 else:
                     lat.append(max(0.0, at - acked_at))
+                    timed.append((acked_at - since, lat[-1]))
         problems = _check(settings, warm.sent + load_.sent)
     events = sum(a[3] for a in load_.acked)
     return {
@@ -244,10 +246,25 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         "p95": pct(lat, 95),
         "p99": pct(lat, 99),
         "max": max(lat) if lat else float("nan"),
+        "windows": by_window(timed, WINDOW_S),
         "runs": runs,
         "parts": parts,
         "problems": problems,
     }
+
+
+WINDOW_S = 30.0
+
+
+def by_window(timed: list[tuple[float, float]], width: float) -> list[tuple[float, float, float]]:
+    """(window start, p50, p95) of the latencies per ``width`` seconds of load, by ack time: a
+    fresh Spark JVM keeps compiling for minutes, so the first windows are its warm-up."""
+    out = []
+    for i in range(int(max((t for t, _ in timed), default=0) // width) + 1):
+        lat = [v for t, v in timed if i * width <= t < (i + 1) * width]
+        if lat:
+            out.append((i * width, pct(lat, 50), pct(lat, 95)))
+    return out
 
 
 def _tables_per_batch(load_: Load) -> dict[tuple[str, int], set[str]]:
@@ -311,6 +328,8 @@ def main() -> None:
         print(f"\n{r['mode']}: mean seconds per part of an apply run ({r['runs']} runs)")
         for k, v in r["parts"].items():
             print(f"  {k:<34}{v:>7.2f}")
+        shown = ", ".join(f"{t:.0f}s: {a:.1f}/{b:.1f}" for t, a, b in r["windows"])
+        print(f"  p50/p95 per {WINDOW_S:.0f} s of load, by ack time: {shown}")
         if r["missing"] or r["errors"] or r["problems"]:
             print(f"  !! missing {r['missing']} errors {r['errors']} divergence {r['problems']}")
         else:

@@ -1,0 +1,61 @@
+"""What a micro-batch costs besides its events, counted (never timed): the Spark session's
+settings (cdclake.lake.spark.job_conf) that keep the fixed cost of an apply down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
+from cdclake.lake.spark import table_ident
+from spark_jobs.apply import apply_table
+from tests.support import fresh_settings, stage, table_rows
+
+pytestmark = pytest.mark.spark
+
+
+def compilations(spark: Any) -> int:
+    """Generated classes Spark compiled so far in this JVM (its codegen cache's misses)."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+def test_a_second_micro_batch_reuses_the_generated_classes_of_the_first(spark: Any, spark_home: Path) -> None:
+    """One apply needs ~70 generated classes, Spark's default cache holds 100: with that default
+    every apply compiled nearly all of them again (then the JIT compiled them again). With the
+    larger cache, a micro-batch like the one before compiles only the few whose code holds a
+    literal of its own (a sequence range, a timestamp)."""
+    settings = fresh_settings(spark_home)
+    w = generate(events=2000, seed=11, tables=("warm",), batch_size=100, duplicate_every=0)
+    per_apply = []
+    for start in range(0, len(w.batches), 4):
+        stage(settings, w.batches[start : start + 4])
+        before = compilations(spark)
+        apply_table(spark, settings, "warm", 1000)
+        per_apply.append(compilations(spark) - before)
+    assert not diff(expected_tables(w.batches)["warm"], table_rows(spark, table_ident(settings, "warm")))
+    assert per_apply[0] > 40, per_apply  # the first apply of the shape compiles its classes
+    assert per_apply[-1] < 25, per_apply
+
+
+def test_many_staging_objects_are_listed_in_a_few_tasks(spark: Any, spark_home: Path) -> None:
+    """Past 32 paths Spark lists files in a job of one task per path (300 objects: a 3.6 s job of
+    300 tasks on two cores); the session caps that job at 8 tasks."""
+    settings = fresh_settings(spark_home)
+    w = generate(events=600, seed=12, tables=("listed",), batch_size=10, duplicate_every=0)
+    assert len(stage(settings, w.batches)) == 60
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    apply_table(spark, settings, "listed", 1000)
+    tasks = []
+    for job in set(tracker.getJobIdsForGroup()) - before:
+        info = tracker.getJobInfo(job)
+        for stage_id in info.stageIds if info else []:
+            s = tracker.getStageInfo(stage_id)
+            if s is not None:
+                tasks.append(s.numTasks)
+    assert tasks and max(tasks) <= 8, sorted(tasks)
+    assert not diff(expected_tables(w.batches)["listed"], table_rows(spark, table_ident(settings, "listed")))
