@@ -75,10 +75,10 @@ wall seconds of each phase.
 def cdc_apply() -> None:
     @task
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each applying its group of tables in turn."""
+        """At most CDCLAKE_APPLY_TASKS jobs, each applying its group of tables in turn."""
         from cdclake.config.settings import load
         from cdclake.lake.catalog import pending_tables
-        from cdclake.orchestration.dag_support import table_groups
+        from cdclake.orchestration.dag_support import apply_task_count, table_groups
         from cdclake.orchestration.submit import group_kwargs
 
         params = params or {}
@@ -87,16 +87,17 @@ def cdc_apply() -> None:
         log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
         jobs: list[dict[str, Any]] = []
-        for group in table_groups(pending, settings.max_mapped_tasks):
+        for group in table_groups(pending, apply_task_count(settings)):
             log.info("apply group %d: %s", len(jobs), {t: pending[t] for t in group})
             runs = [["--table", t, "--max-objects", max_objects] for t in group]
             name = f"cdc_apply-{group[0]}"
             jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, drain_s=settings.apply_drain_s))
         return jobs
 
-    # spark-submit: two tables at a time (each is a JVM; on 2 cores a third only adds
-    # contention). Spark Connect: one JVM whatever the count, and a small apply is mostly waiting
-    # (planning round trips, commits), so more tables overlap.
+    # spark-submit: two tasks at a time (each is a JVM; on 2 cores a third only adds
+    # contention). Spark Connect: one JVM whatever the count; how many tasks the plan maps
+    # (CDCLAKE_APPLY_TASKS: on local[N], N) is what keeps the server's cores from being shared
+    # three ways, this cap only bounds a cluster's.
     spark_job_operator("apply", max_active=2, connect_max_active=4).expand_kwargs(plan())
 
 

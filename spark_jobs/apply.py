@@ -44,7 +44,6 @@ from cdclake.config.settings import Settings, load
 from cdclake.config.tables import load_table_config
 from cdclake.contracts.names import Limits
 from cdclake.lake.locks import table_lock
-from cdclake.lake.spark import table_ident
 from spark_jobs.commit import commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import account, decide, mark_seen, settle
 from spark_jobs.fit import fit, mark_unavailable
@@ -87,11 +86,14 @@ def apply_table(
     result: dict[str, Any] = {"table": table, "objects": len(p.names), "pending_total": p.backlog}
     if not p.names:
         result["committed"] = False
-        fill_defaults(spark, settings, table, result)
+        fill_defaults(spark, settings, table, result, refresh=True)
         return result
     if p.resumed:
         result["resumed"] = True
     ident = p.run.ident()
+    # Another session's compaction may have committed since this session last read the tables;
+    # only now, with something to apply: a drain lists quiet tables pass after pass.
+    refresh_tables(spark, [ident, *(p.run.ident(s) for s in SIDE_TABLES)])
     phases.end("list")
 
     existing = spark.table(ident).schema if spark.catalog.tableExists(ident) else None
@@ -141,8 +143,9 @@ def apply_with_retries(
     from listing to the last commit, so maintenance never commits between its read and its
     commits (apache/iceberg #4996); a failure or crash releases it (at once, or after the TTL).
     The lock is first come first served and released between attempts, so a stream of applies
-    does not starve maintenance. Holding it, the job first refreshes the tables it reads and
-    writes (another session's compaction may have committed while it waited). Optimistic-commit
+    does not starve maintenance. Holding it, the job refreshes the tables it reads and writes
+    once it has found something to apply (another session's compaction may have committed while
+    it waited). Optimistic-commit
     conflicts (another writer, e.g. through the REST catalog) re-run the whole apply, which
     re-reads the watermarks and so never applies anything twice."""
     attempt = 0
@@ -151,7 +154,6 @@ def apply_with_retries(
         nonlocal attempt
         attempt += 1
         with table_lock(settings, table, "apply", ttl_s=APPLY_LOCK_TTL_S, say=_say):
-            refresh_tables(spark, [table_ident(settings, table + s) for s in ("", *SIDE_TABLES)])
             return apply_table(spark, settings, table, max_objects)
 
     result = with_retries(f"on {table}", once, attempts=attempts)

@@ -2,7 +2,7 @@
 
 1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
-3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them
+3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them (append)
 4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
 
 Steps 1-3 each skip the objects their own watermark already holds (:mod:`spark_jobs.pending`)."""
@@ -51,7 +51,7 @@ def log_decisions(p: Pending, quarantined: DataFrame, classified: DataFrame, tar
     """Steps 1-3: the side tables, before the table's commit."""
     _append_aux(p, QUARANTINE, quarantine_rows(quarantined), known=t.counts["quarantined"])
     _append_aux(p, CHANGES, change_rows(classified, target), known=t.changes)
-    _merge_tombstones(p, classified.where(F.col(OUTCOME) == "applied"), known=t.deletes)
+    _append_aux(p, TOMBSTONES, tombstone_rows(classified), known=t.deletes)
 
 
 def quarantine_rows(quarantined: DataFrame) -> Build:
@@ -74,6 +74,16 @@ def change_rows(classified: DataFrame, target: StructType) -> Build:
         F.col(OUTCOME).alias("_cdc_outcome"),
         F.current_timestamp().alias("_cdc_committed_at"),
         F.col(OBJECT).alias(HISTORY_OBJECT),
+    )
+
+
+def tombstone_rows(classified: DataFrame) -> Build:
+    """One row per applied DELETE; classify takes each key's newest. Appended, not MERGEd: a
+    MERGE into the (copy-on-write) tombstones rewrote every data file holding a deleted key, a
+    cost that grew with the table, and took four Spark jobs where an append takes one."""
+    applied_deletes = (F.col(OUTCOME) == "applied") & (F.col(OP) == "DELETE")
+    return lambda todo: classified.where(F.col(OBJECT).isin(todo) & applied_deletes).select(
+        KEY, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
     )
 
 
@@ -157,12 +167,17 @@ def commit_always(spark: SparkSession, settings: Settings, ident: str, schema: S
         spark.createDataFrame([], schema).writeTo(ident).append()
 
 
-def fill_defaults(spark: SparkSession, settings: Settings, table: str, result: dict[str, Any]) -> None:
+def fill_defaults(
+    spark: SparkSession, settings: Settings, table: str, result: dict[str, Any], refresh: bool = False
+) -> None:
     """The backfills the table records (:mod:`spark_jobs.backfill`), after this run's MERGE or a
-    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none."""
+    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none
+    (``refresh``: this session has not refreshed the table since it got the lock)."""
     t = load_table(settings, table)  # pyiceberg: the properties in milliseconds, no Spark job
     if t is None or not any(k.startswith(backfill.PREFIX) for k in t.properties):
         return
+    if refresh:
+        spark.sql(f"REFRESH TABLE {table_ident(settings, table)}")
     filled = backfill.fill(spark, table_ident(settings, table), t.properties, f"coalesce({ORDER}, array({SEQ}))")
     if filled:
         result["defaults_filled"] = filled
@@ -189,28 +204,6 @@ def _append_aux(p: Pending, suffix: str, build: Build, known: int | None = None)
     schema = ensure_table(run.spark, ident, df, key=False)
     with Commit(run.spark, run.watermark_props(wm, todo)):
         align_to(df, schema).writeTo(ident).append()
-
-
-def _merge_tombstones(p: Pending, applied: DataFrame, known: int | None = None) -> None:
-    run = p.run
-    ident = run.ident(TOMBSTONES)
-    wm = aux_watermark(run, TOMBSTONES, p.watermark)
-    todo = [n for n in p.names if not wm.consumed(n)]
-    deletes = applied.where(F.col(OBJECT).isin(todo) & (F.col(OP) == "DELETE")).select(
-        KEY, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
-    )
-    if not todo or _empty(deletes, todo, p.names, known):
-        return
-    ensure_table(run.spark, ident, deletes)
-    before = current_snapshot_id(run.settings, ident)
-    deletes.createOrReplaceTempView("cdclake_tombstones_source")
-    with Commit(run.spark, run.watermark_props(wm, todo)):
-        run.spark.sql(
-            f"""MERGE INTO {ident} t USING cdclake_tombstones_source s ON t.{KEY} = s.{KEY}
-                WHEN MATCHED AND {ordering("s.")} > {ordering("t.")} THEN UPDATE SET *
-                WHEN NOT MATCHED THEN INSERT *"""
-        )
-        commit_always(run.spark, run.settings, ident, run.spark.table(ident).schema, before)
 
 
 def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:

@@ -184,7 +184,10 @@ def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame) -> Da
     # shuffling it, so the cost grows with the table's scan, not its shuffle.
     keys = F.broadcast(ranked.select(KEY).distinct())
     cur = with_order(current).join(keys, KEY, "left_semi").select(F.col(KEY), F.expr(ordering()).alias("_row"))
-    tomb = with_order(tombstones).select(F.col(KEY), F.expr(ordering()).alias("_tomb"))
+    # A key deleted in several runs has a tombstone per delete (appended): the newest counts.
+    tomb = (
+        with_order(tombstones).join(keys, KEY, "left_semi").groupBy(KEY).agg(F.max(F.expr(ordering())).alias("_tomb"))
+    )
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
     outcome = (

@@ -10,13 +10,16 @@ A run that fails does not stop the rest of its group; the task fails after them,
 failed runs, and Airflow's retry runs the group again: every job is idempotent (a table applied
 on the first try finds nothing pending on the second).
 
-``--drain-seconds S`` (``CDCLAKE_APPLY_DRAIN_S`` for ``cdc_apply``): after the first pass, the
-runs whose result says they committed go again, pass after pass, until a pass commits nothing or
-``S`` seconds have gone since the task began. A steady stream is then applied micro-batch after
-micro-batch inside one task, instead of paying a DAG run (scheduler, plan, task start) per
-micro-batch and waiting for the slowest table of the run. Each micro-batch is its own job call:
-its own ``CDCLAKE_RESULT`` line and commit, and the table's lock is released between them, so
-maintenance is not starved. A run that fails leaves the loop.
+``--drain-seconds S`` (``CDCLAKE_APPLY_DRAIN_S`` for ``cdc_apply``): after the first pass, every
+run goes again, pass after pass, until a pass in which no run's result says it committed, or
+``S`` seconds have gone since the task began. Every run, not only those that committed: a table
+that found nothing in one pass would otherwise wait for the next DAG run, queued behind this one
+for up to ``S`` seconds (a run with nothing pending costs a listing, no Spark job). A steady
+stream is then applied micro-batch after micro-batch inside one task, instead of paying a DAG
+run (scheduler, plan, task start) per micro-batch and waiting for the slowest table of the run.
+Each micro-batch is its own job call: its own ``CDCLAKE_RESULT`` line and commit, and the
+table's lock is released between them, so maintenance is not starved. A run that fails leaves
+the loop.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def drain(
     seconds: float = 0.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
-    """Every run once, then again while it commits and ``seconds`` last (see the module doc)."""
+    """Every run once, then all again while some run commits and ``seconds`` last (see the module doc)."""
     deadline = clock() + seconds
     results: list[Any] = []
     failed: list[str] = []
@@ -70,6 +73,7 @@ def drain(
     while todo:
         passes += 1
         again: list[list[str]] = []
+        any_committed = False
         for i, run in enumerate(todo):
             try:
                 result = job(spark, list(run))
@@ -78,10 +82,10 @@ def drain(
                 failed.append(f"{' '.join(run)}: {type(exc).__name__}: {exc}")
                 continue
             results.append(result)
-            if committed(result):
-                again.append(run)
+            again.append(run)
+            any_committed = any_committed or committed(result)
         left = deadline - clock()
-        todo = again if left > 0 else []
+        todo = again if left > 0 and any_committed else []
         if todo:
             print(f"cdclake: drain pass {passes + 1}: {len(todo)} of {len(runs)} runs, {left:.0f}s left", flush=True)
     if failed:

@@ -126,8 +126,12 @@ class Settings:
     max_mapped_tasks: int = 32
     """Mapped tasks per DAG run (Airflow refuses more than 1,024): tables are grouped."""
     apply_drain_s: int = 120
-    """An apply task keeps applying its tables while each pass commits, for up to this long
+    """An apply task keeps applying its tables while a pass commits, for up to this long
     (spark_jobs.group.drain); 0: one pass per DAG run."""
+    apply_tasks: int = 0
+    """Apply tasks per ``cdc_apply`` run, each applying its group of tables in turn; 0: half the
+    cores of a ``local[N]`` master, else CDCLAKE_MAX_MAPPED_TASKS
+    (cdclake.orchestration.dag_support.apply_task_count)."""
     notify_debounce_ms: int = 1_000
     """At most one Airflow Asset event per this interval (0 disables notification)."""
     airflow_user: str = "admin"
@@ -325,6 +329,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         receipt_retention_s=_int(e, "CDCLAKE_RECEIPT_RETENTION_S", 7 * 24 * 3600, 0),
         max_mapped_tasks=_int(e, "CDCLAKE_MAX_MAPPED_TASKS", 32, 1),
         apply_drain_s=_int(e, "CDCLAKE_APPLY_DRAIN_S", 120, 0),
+        apply_tasks=_int(e, "CDCLAKE_APPLY_TASKS", 0, 0),
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
         airflow_user=s("AIRFLOW_USER", "admin"),
         airflow_password=s("AIRFLOW_PASSWORD", ""),
@@ -368,6 +373,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
             f"CDCLAKE_APPLY_DRAIN_S must be <= {MAX_APPLY_DRAIN_S} (half of cdc_apply's execution_timeout), "
             f"got {values['apply_drain_s']}"
         )
+    if values["apply_tasks"] > MAX_MAP_LENGTH:
+        raise SettingsError(f"CDCLAKE_APPLY_TASKS must be <= {MAX_MAP_LENGTH} (Airflow's max_map_length)")
     if values["max_mapped_tasks"] > MAX_MAP_LENGTH:
         raise SettingsError(f"CDCLAKE_MAX_MAPPED_TASKS must be <= {MAX_MAP_LENGTH} (Airflow's max_map_length)")
     return Settings(**values)

@@ -202,6 +202,8 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         spark_connect_url=url,
         # "-nodrain": one pass per DAG run, as before CDCLAKE_APPLY_DRAIN_S (the baseline).
         **({"apply_drain_s": 0} if mode.endswith("-nodrain") else {}),
+        # "-tasksN": the tables in N apply tasks (CDCLAKE_APPLY_TASKS), each applying its group in turn.
+        **({"apply_tasks": int(mode.rsplit("-tasks", 1)[1])} if "-tasks" in mode else {}),
         # No producer here is rate limited: the benchmark sets the rate.
         rate_limit_per_s=0.0,
     )

@@ -1,6 +1,6 @@
 """End to end, issue 13 findings 3 and 9 on the real parts: 50 flushes (30 at once) while
 ``cdc_apply`` is paused make ONE run, answered to all of them; five tables are applied in two
-mapped tasks (CDCLAKE_MAX_MAPPED_TASKS=2, groups on the stack's Spark Connect server), and once
+mapped tasks (CDCLAKE_APPLY_TASKS=2, groups on the stack's Spark Connect server), and once
 that run is done the tables match the reference model."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ TABLES = tuple(f"g{i}" for i in range(5))
 
 
 def test_flushes_share_one_run_that_applies_grouped_tables(tmp_path: Path, spark: Any) -> None:
-    with running_stack(tmp_path, catalog_name="grp", landing_grace_s=5, max_mapped_tasks=2) as stack:
+    with running_stack(tmp_path, catalog_name="grp", landing_grace_s=5, apply_tasks=2) as stack:
         settings, af = stack.settings, stack.airflow
         af.wait_dag("cdc_apply")
         af.pause("cdc_apply")  # runs stay queued: what the flushes must find and share

@@ -150,6 +150,31 @@ def test_new_column_is_added_to_the_table(spark: Any, settings: Settings) -> Non
     assert rows == {"1": {"id": 1, "email": None}, "2": {"id": 2, "email": "b@x"}}
 
 
+def test_a_key_deleted_in_two_runs_is_guarded_by_its_newest_delete(spark: Any, settings: Settings) -> None:
+    """Tombstones are appended, one row per applied delete: after a delete, a re-insert and a
+    second delete in later runs, the key has two. An update older than the second delete (but
+    newer than the first) is late, and counted once: classify takes the newest tombstone, it
+    does not join the event to each of them (that would double it, and the accounting fails)."""
+    ev = {"timestamp": 1, "table": "users", "rowId": "1"}
+    runs = [
+        [
+            {**ev, "sequence": 1, "operation": "INSERT", "after": {"id": 1}},
+            {**ev, "sequence": 2, "operation": "DELETE"},
+        ],
+        [{**ev, "sequence": 5, "operation": "INSERT", "after": {"id": 5}}],
+        [{**ev, "sequence": 8, "operation": "DELETE"}],
+        [{**ev, "sequence": 6, "operation": "UPDATE", "after": {"id": 6}}],
+    ]
+    results = []
+    for n, events in enumerate(runs, start=1):
+        stage(settings, [{"source": "s", "sequenceNumber": n, "events": events}])
+        results += apply_all(spark, settings)
+    assert table_rows(spark, table_ident(settings, "users")) == {}
+    assert results[-1]["late"] == 1 and results[-1]["received"] == 1, results[-1]
+    tombs = spark.table(table_ident(settings, "users__tombstones")).where("_cdc_row_id = '1'")
+    assert sorted(r["_cdc_seq"] for r in tombs.collect()) == [2, 8]
+
+
 def test_late_update_does_not_resurrect_a_deleted_row(spark: Any, settings: Settings) -> None:
     ev = {"timestamp": 1, "table": "users", "rowId": "1"}
     stage(

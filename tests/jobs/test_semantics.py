@@ -699,7 +699,6 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
 
     monkeypatch.setattr(job, "table_lock", unlocked)
     monkeypatch.setattr(job, "refresh_tables", lambda *args: None)
-    monkeypatch.setattr(job, "table_ident", lambda *args: "t")
     monkeypatch.setattr(job, "apply_table", flaky)
     monkeypatch.setattr("spark_jobs.apply.time.sleep", lambda s: None)
     assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]

@@ -169,17 +169,36 @@ def _committing(commits: dict[str, int], seen: list[str], fail: str = "") -> Any
     return main
 
 
-def test_a_drain_runs_again_what_committed_until_a_pass_commits_nothing() -> None:
+def test_a_drain_runs_every_table_again_until_a_pass_commits_nothing() -> None:
     from spark_jobs.group import drain
 
     seen: list[str] = []
     runs = [["--table", t] for t in ("a", "b", "c")]
     out = drain(None, _committing({"a": 3, "b": 1, "c": 0}, seen), runs, seconds=60)  # type: ignore[arg-type]
-    assert seen == ["a", "b", "c", "a", "b", "a", "a"]
-    assert out["passes"] == 4 and [r["committed"] for r in out["runs"]] == [True, True, False, True, False, True, False]
+    assert seen == ["a", "b", "c"] * 4
+    assert out["passes"] == 4
+    assert [r["committed"] for r in out["runs"]] == [True, True, False] + [True, False, False] * 2 + [False] * 3
     seen.clear()
     once = drain(None, _committing({"a": 3, "b": 1, "c": 0}, seen), runs, seconds=0)  # type: ignore[arg-type]
     assert seen == ["a", "b", "c"] and once["passes"] == 1
+
+
+def test_a_table_quiet_in_one_pass_is_applied_in_the_next() -> None:
+    """Data that lands for a table after its pass found nothing is applied by the same drain, not
+    by the next DAG run (queued behind this one for up to the drain's budget)."""
+    from spark_jobs.group import drain
+
+    seen: list[str] = []
+    lands = {"a": [True, True, False], "c": [False, True, False]}  # c's data lands during pass 1
+
+    def job(spark: Any, argv: list[str]) -> dict[str, Any]:
+        t = table_of(argv)
+        seen.append(t)
+        return {"table": t, "committed": lands[t].pop(0)}
+
+    out = drain(None, job, [["--table", "a"], ["--table", "c"]], seconds=60)  # type: ignore[arg-type]
+    assert seen == ["a", "c"] * 3 and out["passes"] == 3
+    assert [r["committed"] for r in out["runs"]] == [True, False, True, True, False, False]
 
 
 def test_a_drain_stops_at_its_budget_and_a_failed_run_leaves_the_loop() -> None:
@@ -222,3 +241,39 @@ def test_a_drain_within_its_limit_ends_inside_cdc_apply_s_timeout(dagbag) -> Non
 
     timeout = dagbag.dags["cdc_apply"].get_task("apply").execution_timeout
     assert timeout is not None and timeout >= timedelta(seconds=2 * MAX_APPLY_DRAIN_S)
+
+
+def test_cdc_apply_maps_as_many_apply_tasks_as_the_local_master_has_cores(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    """Three tables on local[2] go to one task, most backlogged first; on local[4] to two (the
+    busiest alone); CDCLAKE_APPLY_TASKS overrides."""
+    pending = {"a": 9, "b": 5, "c": 4}
+    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
+    monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[2]")
+    plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
+    assert [[table_of(a) for a in runs_of(job)] for job in plan(params={})] == [["a", "b", "c"]]
+    monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[4]")
+    assert sorted([table_of(a) for a in runs_of(job)] for job in plan(params={})) == [["a"], ["b", "c"]]
+    monkeypatch.setenv("CDCLAKE_APPLY_TASKS", "3")
+    assert len(plan(params={})) == 3
+
+
+def test_apply_task_count_follows_the_spark_master() -> None:
+    import os
+
+    from cdclake.config.settings import load
+    from cdclake.orchestration.dag_support import apply_task_count
+
+    def count(master: str, **kw: Any) -> int:
+        return apply_task_count(load({"CDCLAKE_SPARK_MASTER": master}, **kw))
+
+    assert [count("local"), count("local[2]"), count("local[3,2]"), count(" local[4] "), count("local[9]")] == [
+        1,
+        1,
+        1,
+        2,
+        4,
+    ]
+    assert count("local[*]") == max(1, min((os.cpu_count() or 1) // 2, 32))
+    assert count("spark://m:7077") == 32 and count("spark://m:7077", max_mapped_tasks=5) == 5
+    assert count("local[16]", max_mapped_tasks=3) == 3
+    assert count("local[2]", apply_tasks=6) == 6 and count("spark://m:7077", apply_tasks=4, max_mapped_tasks=2) == 2
