@@ -1,5 +1,5 @@
 """Freshness benchmark (not a test): `make bench-freshness` or
-    .venv/bin/python -m tests.bench.freshness [--modes connect,connect-nodrain,submit] [--seconds 120] [--rate 1000]
+    .venv/bin/python -m tests.bench.freshness [--modes connect,connect-tasks3,submit] [--seconds 120] [--rate 1000]
 
 The embedded stack (receiver + Airflow scheduler on SQLite + Spark local) with Airflow in the loop:
 producers send a steady ``--rate`` events/s over 3 tables through the real receiver; ``cdc_apply``
@@ -14,9 +14,13 @@ end of the run checks the tables against the reference model through Spark SQL).
 Each mode is one fresh stack, measured side by side in the same run:
 
 * ``connect``: jobs run in sessions on a long-lived Spark Connect server (the default), each apply
-  task draining (``CDCLAKE_APPLY_DRAIN_S``, 120 s);
-* ``connect-nodrain``: the same with ``CDCLAKE_APPLY_DRAIN_S=0``, one pass per DAG run (the baseline);
+  task draining (``CDCLAKE_APPLY_DRAIN_S``, 120 s), the tables in ``CDCLAKE_APPLY_TASKS`` tasks
+  (auto: one on local[2]);
+* ``-tasksN`` (e.g. ``connect-tasks3``, one task per table): ``CDCLAKE_APPLY_TASKS=N``;
+* ``-nodrain`` (e.g. ``connect-tasks3-nodrain``): ``CDCLAKE_APPLY_DRAIN_S=0``, one pass per DAG run;
 * ``submit``: one ``spark-submit`` (a fresh driver JVM) per task, draining.
+
+Also printed: p50/p95 per 30 s of load, by ack time (a fresh Spark JVM compiles for minutes).
 
 Printed per mode: p50/p95/p99/max latency, and where the time goes, averaged over the apply runs:
 waiting for a run (asset debounce, scheduler, the previous run still going; max_active_runs=1),
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import statistics
 import tempfile
 import threading
@@ -203,7 +208,7 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         # "-nodrain": one pass per DAG run, as before CDCLAKE_APPLY_DRAIN_S (the baseline).
         **({"apply_drain_s": 0} if mode.endswith("-nodrain") else {}),
         # "-tasksN": the tables in N apply tasks (CDCLAKE_APPLY_TASKS), each applying its group in turn.
-        **({"apply_tasks": int(mode.rsplit("-tasks", 1)[1])} if "-tasks" in mode else {}),
+        **({"apply_tasks": int(m.group(1))} if (m := re.search(r"-tasks(\d+)", mode)) else {}),
         # No producer here is rate limited: the benchmark sets the rate.
         rate_limit_per_s=0.0,
     )
@@ -307,7 +312,7 @@ def _check(settings: Any, batches: list[dict[str, Any]]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--modes", default="connect,connect-nodrain,submit")
+    ap.add_argument("--modes", default="connect,connect-tasks3,connect-tasks3-nodrain")
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--rate", type=int, default=1000, help="events/s from all producers together")
     ap.add_argument("--sources", type=int, default=2)
