@@ -135,7 +135,7 @@ def _ts(value: datetime) -> str:
 def expire_tombstones(spark: SparkSession, settings: Settings, table: str, older_than: datetime) -> int:
     """Forget deleted keys recorded before ``older_than`` (the DAG passes its data interval end
     minus ``CDCLAKE_TOMBSTONE_RETENTION_S``); a late event older than a forgotten delete can then
-    resurrect its row. Run under ``table``'s lock: the apply merges into the tombstones too.
+    resurrect its row. Run under ``table``'s lock: the apply appends to the tombstones too.
     Here, not in every apply: the check is a Spark job, and retention is counted in days."""
     ident = f"{settings.catalog_name}.{settings.namespace}.{table}{TOMBSTONES_SUFFIX}"
     if not spark.catalog.tableExists(ident):

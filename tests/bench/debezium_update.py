@@ -36,6 +36,10 @@ CASES: list[tuple[str, dict[str, object]]] = [
     ("recommended: schemas on, batch.max-size=200", {"batch_max_size": 200}),
     ("--discover --no-schemas: batch.max-size=200, types from the table config", {"schemas": False, "discover": True}),
     ("baseline: schemas.enable=false, batch.max-size=1000", {"batch_max_size": 1000, "schemas": False}),
+    (
+        "--discover --no-schemas, batch.max-size=1000: types from the table config",
+        {"schemas": False, "discover": True, "batch_max_size": 1000},
+    ),
 ]
 
 
@@ -115,7 +119,9 @@ def one(spark: Any, pg: LogicalPostgres, root: Path, i: int, rows: int, sink: di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--cases", default="", help="comma-separated case numbers (1-based) to run; empty: all")
     args = ap.parse_args()
+    chosen = {int(c) - 1 for c in args.cases.split(",") if c.strip()} or set(range(len(CASES)))
     if why := missing():
         sys.exit(why)
     from cdclake.lake.spark import session
@@ -126,6 +132,8 @@ def main() -> None:
     try:
         print(f"{args.rows:,}-row UPDATE; load average before: {psutil.getloadavg()[0]:.1f}", flush=True)
         for i, (name, sink) in enumerate(CASES):
+            if i not in chosen:
+                continue
             print(f"{name}: {one(spark, pg, root, i, args.rows, sink)}", flush=True)
     finally:
         spark.stop()
