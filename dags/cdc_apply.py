@@ -27,12 +27,13 @@ summary, read here with pyiceberg), then runs `spark_jobs/apply.py` for each of 
 task mapping) in a session on the long-lived **Spark Connect** server
 (`CDCLAKE_SPARK_CONNECT_URL`, with its token `CDCLAKE_SPARK_CONNECT_TOKEN`), or through
 `spark-submit` (connection `spark_default`) when
-`CDCLAKE_SPARK_CONNECT_URL` is empty. With more tables than `CDCLAKE_MAX_MAPPED_TASKS`
-(default 32; Airflow refuses more than 1,024 mapped tasks) each task applies a group of tables
-in turn (`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a
-table that fails does not stop the rest of its group. While data keeps landing, a task keeps
-applying its tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds
-(default 120; 0 = one pass): a steady stream does not wait for a new DAG run per micro-batch.
+`CDCLAKE_SPARK_CONNECT_URL` is empty. The tables go to `CDCLAKE_APPLY_TASKS` mapped tasks
+(auto: half the cores of a `local[N]` master, else `CDCLAKE_MAX_MAPPED_TASKS`, default 32;
+Airflow refuses more than 1,024 mapped tasks); each task applies its group of tables in turn
+(`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a table that
+fails does not stop the rest of its group. While data keeps landing, a task keeps applying its
+tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds (default 120;
+0 = one pass): a steady stream does not wait for a new DAG run per micro-batch.
 
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
