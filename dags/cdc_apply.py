@@ -97,7 +97,7 @@ def cdc_apply() -> None:
 
     # spark-submit: two tasks at a time (each is a JVM; on 2 cores a third only adds
     # contention). Spark Connect: one JVM whatever the count; how many tasks the plan maps
-    # (CDCLAKE_APPLY_TASKS: on local[N], N) is what keeps the server's cores from being shared
+    # (CDCLAKE_APPLY_TASKS: on local[N], N // 2) is what keeps the server's cores from being shared
     # three ways, this cap only bounds a cluster's.
     spark_job_operator("apply", max_active=2, connect_max_active=4).expand_kwargs(plan())
 

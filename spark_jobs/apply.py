@@ -86,7 +86,7 @@ def apply_table(
     result: dict[str, Any] = {"table": table, "objects": len(p.names), "pending_total": p.backlog}
     if not p.names:
         result["committed"] = False
-        fill_defaults(spark, settings, table, result, refresh=True)
+        fill_defaults(spark, settings, table, result)
         return result
     if p.resumed:
         result["resumed"] = True

@@ -24,6 +24,7 @@ from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
 from spark_jobs import backfill
 from spark_jobs.decide import Tally
+from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.sqltext import col, quote
 from spark_jobs.system import (
@@ -167,17 +168,14 @@ def commit_always(spark: SparkSession, settings: Settings, ident: str, schema: S
         spark.createDataFrame([], schema).writeTo(ident).append()
 
 
-def fill_defaults(
-    spark: SparkSession, settings: Settings, table: str, result: dict[str, Any], refresh: bool = False
-) -> None:
+def fill_defaults(spark: SparkSession, settings: Settings, table: str, result: dict[str, Any]) -> None:
     """The backfills the table records (:mod:`spark_jobs.backfill`), after this run's MERGE or a
-    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none
-    (``refresh``: this session has not refreshed the table since it got the lock)."""
+    crashed run's: also when nothing is pending, since a crash after the MERGE leaves none (the
+    apply then has not refreshed the table since it got the lock: refreshed here, rarely)."""
     t = load_table(settings, table)  # pyiceberg: the properties in milliseconds, no Spark job
     if t is None or not any(k.startswith(backfill.PREFIX) for k in t.properties):
         return
-    if refresh:
-        spark.sql(f"REFRESH TABLE {table_ident(settings, table)}")
+    refresh_tables(spark, [table_ident(settings, table)])
     filled = backfill.fill(spark, table_ident(settings, table), t.properties, f"coalesce({ORDER}, array({SEQ}))")
     if filled:
         result["defaults_filled"] = filled
