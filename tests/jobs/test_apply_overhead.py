@@ -60,3 +60,17 @@ def test_many_staging_objects_are_listed_in_a_few_tasks(spark: Any, spark_home: 
                 tasks.append(s.numTasks)
     assert tasks and max(tasks) <= 8, sorted(tasks)
     assert not diff(expected_tables(w.batches)["listed"], table_rows(spark, table_ident(settings, "listed")))
+
+
+def test_a_pass_over_a_table_with_nothing_pending_runs_no_spark_job(spark: Any, spark_home: Path) -> None:
+    """A drain lists every table of its task pass after pass (spark_jobs.group): for a quiet
+    table that is a staging listing and pyiceberg reads, no Spark job."""
+    settings = fresh_settings(spark_home)
+    w = generate(events=60, seed=13, tables=("quiet",), batch_size=30, duplicate_every=0)
+    stage(settings, w.batches)
+    assert apply_table(spark, settings, "quiet", 1000)["committed"]
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    again = apply_table(spark, settings, "quiet", 1000)
+    assert again["committed"] is False and again["objects"] == 0, again
+    assert set(tracker.getJobIdsForGroup()) == before
