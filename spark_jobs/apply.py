@@ -45,7 +45,7 @@ from cdclake.config.tables import load_table_config
 from cdclake.contracts.names import Limits
 from cdclake.lake.locks import table_lock
 from spark_jobs.commit import commit_table, fill_defaults, log_decisions
-from spark_jobs.decide import account, decide, mark_seen, settle
+from spark_jobs.decide import account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
 from spark_jobs.maintain import refresh_tables
@@ -113,7 +113,7 @@ def apply_table(
         phases.end("history")
 
         valid, quarantined, n_unresolved = settle(marked, fitted.unavailable, spark.table(ident))
-        classified = decide(p.run, valid)
+        classified = decide(p.run, valid, narrow_join(fitted.distinct, p.rows))
         phases.end("classify")
 
         n_quarantined = fitted.quarantined - n_seen_quarantined + n_unresolved

@@ -16,7 +16,7 @@ from cdclake import staging
 from cdclake.config.settings import Settings
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
-from cdclake.lake.catalog import table_watermark
+from cdclake.lake.catalog import table_state, table_watermark
 from cdclake.lake.spark import table_ident
 from cdclake.staging import stores
 from cdclake.staging.clock import StoreClock
@@ -51,13 +51,15 @@ class Pending:
     uris: list[str]
     resumed: bool  # finishing a crashed run's objects
     backlog: int  # objects no watermark of the table holds, this run's included
+    rows: int  # the table's rows, about (deletes not subtracted): how classify joins the batch
 
 
 def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
     store = stores.open_store(settings)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs ~3 s of planning on a fresh JVM.
-    wm_main = table_watermark(settings, table) or Watermark()
+    found, rows = table_state(settings, table)
+    wm_main = found or Watermark()
     # The store's clock, which named the objects, not this host's (see cdclake.staging.clock).
     listed_at_ms = StoreClock(store).lower_ms()
     listed_keys = list(store.list(table, after=wm_main.low))
@@ -82,6 +84,7 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
         uris=[store.uri(k) for k in pending],
         resumed=bool(resumed),
         backlog=len(unconsumed),
+        rows=rows,
     )
 
 

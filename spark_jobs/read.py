@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType, VariantType
 
@@ -15,7 +15,6 @@ from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
 from spark_jobs.schema import conform, hides_fields, read_type, slots, spellings, variant_json_type
-from spark_jobs.sqltext import col
 from spark_jobs.system import COPIES, CORRUPT, KEY, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
 
 # A staged line's fields besides the after-image (cdclake.contracts.events.StagedEvent), as the job reads them.
@@ -185,12 +184,17 @@ def read_staging(spark: SparkSession, uris: list[str], after: StructType | None 
 
 
 def drop_exact_duplicates(events: DataFrame, copies: str | None = None) -> DataFrame:
-    """Same producer + same event sequence = the same event delivered twice. With ``copies``,
-    that column counts the deliveries of each kept event (their sum is the events received)."""
-    if copies is None:
-        return events.dropDuplicates([SOURCE, SEQ])
-    others = [c for c in events.columns if c not in (SOURCE, SEQ)]
-    return events.groupBy(SOURCE, SEQ).agg(*[F.first(col(c)).alias(c) for c in others], F.count(F.lit(1)).alias(copies))
+    """Same producer + same event sequence = the same event delivered twice: the delivery in the
+    first staging object (by name: the order they landed in) is kept. With ``copies``, that
+    column counts the deliveries of each kept event (their sum is the events received)."""
+    # A window, not groupBy(...).agg(first(...)): first() of a string keeps Spark on a sort-based
+    # aggregate, sorting every row once before the shuffle and again after; a window sorts once.
+    w = Window.partitionBy(SOURCE, SEQ).orderBy(F.col(OBJECT).asc_nulls_last())
+    n = "_cdc_w_delivery"
+    every = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    counted = [F.count(F.lit(1)).over(every).alias(copies)] if copies else []
+    first = events.select("*", F.row_number().over(w).alias(n), *counted)
+    return first.where(F.col(n) == 1).drop(n)
 
 
 def flatten(events: DataFrame) -> DataFrame:

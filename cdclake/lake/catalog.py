@@ -80,13 +80,21 @@ def watermark_snapshot(t: Table) -> Snapshot | None:
 
 def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:
     """The newest watermark in the current snapshot's ancestry; None if no such table."""
+    return table_state(settings, table)[0]
+
+
+def table_state(settings: Settings, table: str) -> tuple[watermark.Watermark | None, int]:
+    """:func:`table_watermark` and the rows the current snapshot's data files hold (deletes not
+    subtracted: an estimate of the table's size), from one load of the table."""
     t = load_table(settings, table)
     if t is None:
-        return None
+        return None, 0
+    current = t.current_snapshot()
+    rows = int(current.summary.get("total-records") or 0) if current and current.summary else 0
     snap = watermark_snapshot(t)
     if snap is None or snap.summary is None:
-        return watermark.Watermark()
-    return watermark.Watermark.decode(snap.summary.additional_properties[watermark.SUMMARY_KEY])
+        return watermark.Watermark(), rows
+    return watermark.Watermark.decode(snap.summary.additional_properties[watermark.SUMMARY_KEY]), rows
 
 
 def pending_objects(

@@ -159,6 +159,9 @@ def job_conf(settings: Settings) -> dict[str, str]:
         # One apply compiles ~70 generated classes; Spark's cache of them holds 100, so a second
         # apply (or another table's) found none and compiled them all again. Static: read at start.
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # The apply caches its fitted events for the run only: compressing the cache cost more
+        # than it saved (1.1M events: fit 6.3 s -> 4.9 s uncompressed, same peak RSS).
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": settings.spark_driver_host,

@@ -13,7 +13,7 @@ from cdclake.dev.reference import diff, expected_tables, rows_by_key
 from cdclake.dev.workload import generate
 from cdclake.lake.catalog import load_table, pending_tables, table_watermark
 from cdclake.lake.spark import table_ident
-from spark_jobs.decide import classify, rank_per_key
+from spark_jobs.decide import classify, narrow_join, rank_per_key
 from spark_jobs.read import drop_exact_duplicates, flatten, normalise
 from tests.support import apply_all, stage, staged_event_count, table_rows
 
@@ -31,7 +31,8 @@ def assert_matches_reference(spark: Any, settings: Settings, batches: list[dict[
         assert not problems, f"{table}: {len(problems)} differences, first: {problems[:3]}"
 
 
-def test_transforms_dedup_rank_and_classify(spark: Any) -> None:
+@pytest.mark.parametrize("narrow", [True, False], ids=["batch-keys-broadcast", "table-shuffled"])
+def test_transforms_dedup_rank_and_classify(spark: Any, narrow: bool) -> None:
     raw = spark.createDataFrame(
         [
             ("a", 1, 5, 100, "INSERT", "k1", {"v": "old"}),
@@ -54,7 +55,7 @@ def test_transforms_dedup_rank_and_classify(spark: Any) -> None:
     tombs = spark.createDataFrame([("k4", 6, "b")], "_cdc_row_id string, _cdc_seq long, _cdc_source string")
     out = {
         (r["_cdc_row_id"], r["_cdc_seq"]): r["_cdc_w_outcome"]
-        for r in classify(rank_per_key(flatten(deduped)), current, tombs).collect()
+        for r in classify(rank_per_key(flatten(deduped)), current, tombs, narrow).collect()
     }
     assert out == {
         ("k1", 9): "applied",
@@ -65,6 +66,45 @@ def test_transforms_dedup_rank_and_classify(spark: Any) -> None:
         ("k4", 6): "late",  # same sequence, lower source id than the tombstone's
         ("k5", 2): "duplicate",
     }
+
+
+def test_narrow_join_broadcasts_the_batch_keys_only_when_the_batch_is_small(spark: Any) -> None:
+    ranked = rank_per_key(
+        spark.createDataFrame(
+            [("k1", 1, "a", [1])], "_cdc_row_id string, _cdc_seq long, _cdc_source string, _cdc_order array<bigint>"
+        )
+    )
+    current = spark.createDataFrame([("k1", 0, "a")], "_cdc_row_id string, _cdc_seq long, _cdc_source string")
+    tombs = spark.createDataFrame([("k2", 0, "a")], "_cdc_row_id string, _cdc_seq long, _cdc_source string")
+
+    def plan(narrow: bool) -> str:
+        # Not through df.explain(): its text goes to stdout; this is the same string.
+        return str(classify(ranked, current, tombs, narrow)._jdf.queryExecution().executedPlan().toString())
+
+    assert plan(True).count("LeftSemi") == 2
+    assert "LeftSemi" not in plan(False)
+    assert narrow_join(1_000, 1_000_000) and narrow_join(200, 1_000)
+    assert not narrow_join(1_000_000, 1_000_000) and not narrow_join(30, 0)
+
+
+def test_exact_duplicates_keep_the_delivery_of_the_first_object(spark: Any) -> None:
+    """(source, sequence) is one event however often sent; the copy that landed first is kept,
+    whatever order Spark reads the objects in, and every delivery is counted."""
+    schema = (
+        "source string, batchSequence long, sequence long, timestamp long, operation string, rowId string, "
+        "after struct<v:string>, _cdc_w_object string"
+    )
+    rows = [
+        ("a", 1, 5, 100, "UPDATE", "k1", {"v": "later"}, "2026-01-01/00/2-b.ndjson"),
+        ("a", 1, 5, 100, "UPDATE", "k1", {"v": "last"}, "2026-01-01/00/3-c.ndjson"),
+        ("a", 1, 6, 100, "UPDATE", "k1", {"v": "other"}, "2026-01-01/00/3-c.ndjson"),
+        ("a", 1, 5, 100, "UPDATE", "k1", {"v": "first"}, "2026-01-01/00/1-a.ndjson"),
+    ]
+    # One partition per row, the first object's copy read last.
+    parts = [spark.createDataFrame([r], schema).coalesce(1) for r in rows]
+    raw = parts[0].unionByName(parts[1]).unionByName(parts[2]).unionByName(parts[3])
+    got = drop_exact_duplicates(normalise(raw), copies="n").collect()
+    assert sorted((r["_cdc_seq"], r["after"]["v"], r["n"]) for r in got) == [(5, "first", 3), (6, "other", 1)]
 
 
 def test_apply_matches_reference_and_rerun_changes_nothing(spark: Any, settings: Settings) -> None:
