@@ -14,6 +14,7 @@ GET  /v1/namespaces/{ns}/tables/{t}/partitions    partitions of a snapshot (?sna
 GET  /v1/namespaces/{ns}/tables/{t}/partition-stats  per-partition counts and sizes
 POST /v1/tables/rename                            rename
 POST /v1/transactions/commit                      several tables, atomically
+POST /v1/query                                    read-only Spark SQL over the lake (restcatalog.query)
 GET  /health /metrics /openapi.json
 """
 
@@ -44,6 +45,7 @@ from restcatalog.namespaces import (
     update_properties,
 )
 from restcatalog.oauth import oauth_tokens
+from restcatalog.query import Sessions, connect_sessions, post_query
 from restcatalog.service import Handler, Service, State, describe_metrics, endpoint, run, service_of
 from restcatalog.tables import (
     create_table,
@@ -157,13 +159,17 @@ ROUTES: list[BaseRoute] = [
     route(T_PATH + "/partition-stats", "GET", "partition_stats", R, partition_stats),
     route("/v1/tables/rename", "POST", "rename_table", W, rename_table),
     route("/v1/transactions/commit", "POST", "transaction", W, commit_transaction),
+    # Not an Iceberg REST route: the query API (restcatalog.query), read access and table rights.
+    route("/v1/query", "POST", "query", None, post_query),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi_json, methods=["GET"]),
 ]
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings, query_sessions: Sessions | None = None) -> Starlette:
+    """The server; ``query_sessions`` gives ``POST /v1/query`` its Spark sessions (default: one
+    Spark Connect session per query on ``CDCLAKE_SPARK_CONNECT_URL``)."""
     # A bad tokens file fails here, before the server binds.
     tokens = (
         auth.Tokens.load(settings.rest_tokens_file, settings.rest_token_ttl_s)
@@ -177,7 +183,8 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         catalog = await run(Catalog, settings)
         try:
-            yield {"service": Service(settings, tokens, metrics, catalog, client_config(settings))}
+            sessions = query_sessions or connect_sessions(settings)
+            yield {"service": Service(settings, tokens, metrics, catalog, client_config(settings), sessions)}
         finally:
             catalog.close()
 

@@ -6,6 +6,7 @@
     secret_sha256 = "9f86d0..."       # OAuth2 client_credentials (``credential=spark:<secret>``),
                                       # or secret = "..." (hash preferred: the file is no secret then)
     token_sha256 = "..."              # and/or a static bearer token (or token = "...")
+    tables = ["cdc.orders", "cdc.*"]  # optional: what the query API lets it read (default ["*"])
 
 Without a file every request is allowed (the server then listens on loopback only).
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -41,6 +43,17 @@ class Access(enum.IntEnum):
 class Client:
     id: str
     access: Access
+    tables: tuple[str, ...] = ("*",)
+    """``namespace.table`` patterns (``*`` and ``?`` wildcards, case-insensitive) the query API
+    lets this client read."""
+
+    def may_read(self, namespace: str, table: str) -> bool:
+        name = f"{namespace}.{table}".lower()
+        return any(fnmatch.fnmatchcase(name, p.lower()) for p in self.tables)
+
+
+ANYONE = Client("anyone", Access.WRITE)
+"""The client of a server without a tokens file."""
 
 
 def _hash(secret: str) -> str:
@@ -91,7 +104,10 @@ class Tokens:
                 access = Access[str(entry.get("access", "read")).upper()]
             except KeyError:
                 raise TokensFileError(f"{at}.access must be 'read' or 'write'") from None
-            client = Client(cid, access)
+            tables = entry.get("tables", ["*"])
+            if not isinstance(tables, list) or not tables or not all(isinstance(t, str) and t for t in tables):
+                raise TokensFileError(f"{at}.tables must be a non-empty list of 'namespace.table' patterns")
+            client = Client(cid, access, tuple(tables))
             secret = _digest(entry, "secret", at)
             token = _digest(entry, "token", at)
             if secret is None and token is None:
@@ -124,7 +140,12 @@ class Tokens:
         return client if hmac.compare_digest(digest, _hash(secret)) else None
 
     def issue(self, client: Client) -> str:
-        claims = {"sub": client.id, "acc": client.access.name.lower(), "exp": int(time.time()) + self.ttl_s}
+        claims = {
+            "sub": client.id,
+            "acc": client.access.name.lower(),
+            "tbl": list(client.tables),
+            "exp": int(time.time()) + self.ttl_s,
+        }
         payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
         return f"{_PREFIX}{payload}.{self._sign(payload)}"
 
@@ -139,7 +160,7 @@ class Tokens:
             claims = json.loads(_unb64(payload))
             if int(claims["exp"]) < time.time():
                 return None
-            return Client(str(claims["sub"]), Access[str(claims["acc"]).upper()])
+            return Client(str(claims["sub"]), Access[str(claims["acc"]).upper()], tuple(map(str, claims["tbl"])))
         except (ValueError, KeyError, TypeError):
             return None
 

@@ -8,6 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
@@ -55,20 +56,24 @@ class Service:
     catalog: Catalog
     config: dict[str, str]
     """Non-secret FileIO hints for clients (:func:`restcatalog.catalog.client_config`)."""
+    query_sessions: Callable[[], AbstractContextManager[Any]] | None = None
+    """A new Spark session per ``POST /v1/query`` (:mod:`restcatalog.query`); None: no engine."""
 
     @property
     def known_warehouses(self) -> set[str]:
         s = self.settings
         return {"", s.catalog_name, s.warehouse, s.warehouse.rstrip("/")}
 
-    def authorize(self, request: Request, need: auth.Access) -> None:
+    def authorize(self, request: Request, need: auth.Access) -> auth.Client:
+        """The request's client, if it has ``need``; else 401/403."""
         if self.tokens.open_access:
-            return
+            return auth.ANYONE
         client = self.tokens.bearer(request.headers.get("authorization"))
         if client is None:
             raise errors.not_authorized("a valid bearer token is required (see POST /v1/oauth/tokens)")
         if client.access < need:
             raise errors.forbidden(f"client {client.id!r} has {client.access.name.lower()} access only")
+        return client
 
 
 class State(TypedDict):

@@ -16,10 +16,9 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
+from cdclake.contracts.names import quote
 
-def quote(name: str) -> str:
-    """One SQL identifier: ``a`b`` -> ```a``b```."""
-    return "`" + name.replace("`", "``") + "`"
+__all__ = ["col", "quote", "quote_path", "sql_type", "string_literal"]
 
 
 def quote_path(parts: Sequence[str]) -> str:

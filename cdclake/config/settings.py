@@ -74,6 +74,10 @@ class Settings:
     rest_token_ttl_s: int = 3600
     """Lifetime of the access tokens ``POST /v1/oauth/tokens`` issues."""
     rest_max_body_bytes: int = 8 * 1024 * 1024
+    query_max_rows: int = 100_000
+    """Most rows ``POST /v1/query`` returns (a request's ``maxRows`` may ask for fewer)."""
+    query_timeout_s: int = 120
+    """Longest a ``POST /v1/query`` statement runs before it is cancelled (``timeoutS`` may ask less)."""
     max_debezium_body_bytes: int = 32 * 1024 * 1024
     """Body limit of ``POST /v1/debezium``: Debezium's HTTP sink sends ``batch.max-size`` events
     per request whatever their size and gives up on a 413, so it gets more room than
@@ -306,6 +310,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         rest_tokens_file=Path(e["CDCLAKE_REST_TOKENS_FILE"]).resolve() if e.get("CDCLAKE_REST_TOKENS_FILE") else None,
         rest_token_ttl_s=_int(e, "CDCLAKE_REST_TOKEN_TTL_S", 3600, 60),
         rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
+        query_max_rows=_int(e, "CDCLAKE_QUERY_MAX_ROWS", 100_000, 1),
+        query_timeout_s=_int(e, "CDCLAKE_QUERY_TIMEOUT_S", 120, 1),
         max_debezium_body_bytes=_int(e, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES", 32 * 1024 * 1024, 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),

@@ -96,6 +96,12 @@ class _Bad(Exception):
         self.segments = [segment] if segment else []
 
 
+def quote(name: str) -> str:
+    """One SQL identifier whatever ``name`` holds: ``a`b`` -> ```a``b``` (Spark's parser reads
+    a backtick-quoted identifier with its backticks doubled back as exactly that name)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def fold(name: str) -> str:
     """The name as Spark and Iceberg compare it ignoring case. Unicode case folding, plus the
     Turkish dotted and dotless i, which Java's ``equalsIgnoreCase`` equates with ``i``: two

@@ -11,7 +11,6 @@ import json
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,10 @@ from cdclake.cli.main import main
 from cdclake.cli.output import Result, render
 from cdclake.cli.statements import AsOf, QueryError, parse_as_of, split_statements, statements_of, with_as_of
 from cdclake.config.settings import Settings
-from cdclake.dev.reference import diff, expected_tables, rows_by_key
+from cdclake.dev.reference import diff, rows_by_key
 from cdclake.dev.stack import LocalStack, free_port
-from cdclake.dev.workload import generate
-from cdclake.lake.catalog import load_table
-from tests.support import apply_all, fresh_settings, make_settings, stage
+from tests.support import make_settings
+from tests.support.lake import Lake, two_run_lake
 from tests.support.rest import serve
 
 TABLE = "orders"
@@ -144,45 +142,9 @@ def test_local_stack_runs_the_rest_catalog(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- on real tables
 
 
-@dataclass
-class Lake:
-    settings: Settings
-    first: list[dict[str, Any]]
-    second: list[dict[str, Any]]
-    s1: int
-    s1_ms: int
-    s2: int
-    s2_ms: int
-
-    @property
-    def ns(self) -> str:
-        return f"{self.settings.catalog_name}.{self.settings.namespace}"
-
-    def expected(self, upto: str = "all") -> dict[str, dict[str, Any]]:
-        batches = self.first if upto == "first" else self.first + self.second
-        return expected_tables(batches).get(TABLE, {})
-
-
 @pytest.fixture(scope="module")
 def lake(spark: Any, spark_home: Path) -> Lake:
-    """One table, two apply runs: snapshot s1 after the first half of the batches, s2 after all."""
-    settings = fresh_settings(spark_home)
-    w = generate(events=160, seed=5, tables=(TABLE,), batch_size=20, keys_per_table=25)
-    b = w.batches
-    # Split where no retried batch is parted from its original (it would count as late, not duplicate).
-    cut = next(i for i in range(len(b) // 2, len(b)) if b[i]["sequenceNumber"] != b[i - 1]["sequenceNumber"])
-    snaps = []
-    for part in (b[:cut], b[cut:]):
-        stage(settings, part)
-        apply_all(spark, settings)
-        t = load_table(settings, TABLE)
-        assert t is not None
-        s = t.current_snapshot()
-        assert s is not None
-        snaps.append((s.snapshot_id, s.timestamp_ms))
-    (s1, s1_ms), (s2, s2_ms) = snaps
-    assert s1 != s2 and s2_ms > s1_ms + 1
-    return Lake(settings, b[:cut], b[cut:], s1, s1_ms, s2, s2_ms)
+    return two_run_lake(spark, spark_home, TABLE)
 
 
 @pytest.fixture()

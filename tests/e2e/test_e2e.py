@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from cdclake.config.settings import Settings
-from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.reference import diff, expected_tables, rows_by_key
 from cdclake.dev.stack import LocalStack
 from cdclake.dev.workload import generate
 from tests.support import attach_catalog, running_stack, staged_event_count, table_rows
@@ -71,6 +71,40 @@ def test_post_apply_query_matches_reference_and_rerun_is_a_no_op(stack: LocalSta
     spark.catalog.refreshTable("e2e.cdc.orders")
     assert snapshot_ids(spark, settings) == before
     assert {t: table_rows(spark, f"e2e.cdc.{t}") for t in TABLES} == rows_before
+
+
+def test_query_api_answers_through_spark_connect(stack: LocalStack) -> None:
+    """``POST /v1/query`` on the stack's REST server, Spark Connect as the engine: the rows of the
+    run above equal the reference model, now and as of the table's snapshot; parameters are
+    bound; a statement past its timeout is cancelled (408) and the server goes on answering."""
+    w = generate(events=800, seed=21)  # the batches the first test sent
+    want = expected_tables(w.batches)["orders"]
+    with httpx.Client(base_url=stack.rest_url, timeout=120) as http:
+
+        def q(status: int = 200, **body: Any) -> dict[str, Any]:
+            r = http.post("/v1/query", json=body)
+            assert r.status_code == status, r.text
+            out: dict[str, Any] = r.json()
+            return out
+
+        def rows(got: dict[str, Any]) -> dict[str, dict[str, Any]]:
+            names = [c["name"] for c in got["columns"]]
+            return rows_by_key([dict(zip(names, r, strict=True)) for r in got["rows"]])
+
+        now = q(sql="SELECT * FROM orders")
+        assert not diff(want, rows(now))
+        (scan,) = now["snapshots"]
+        assert not diff(want, rows(q(sql="SELECT * FROM e2e.cdc.orders", asOf=scan["snapshotId"])))
+        assert (
+            "has no snapshot at that time" in q(400, sql="SELECT * FROM orders", asOf="2000-01-01")["error"]["message"]
+        )
+        some = sorted(want)[0]
+        assert q(sql="SELECT _cdc_row_id FROM orders WHERE _cdc_row_id = :k", params={"k": some})["rows"] == [[some]]
+        assert q(sql="SELECT * FROM orders WHERE _cdc_row_id = :k", params={"k": f"{some}' OR '1'='1"})["rows"] == []
+        slow = "SELECT sum(hash(a.id, b.id)) FROM range(1000000) a CROSS JOIN range(1000000) b"
+        err = q(408, sql=slow, timeoutS=2)["error"]["message"]
+        assert "longer than its timeout of 2 s" in err
+        assert q(sql="SELECT count(*) FROM orders")["rows"] == [[len(want)]]
 
 
 def test_services_listen_on_loopback_only(stack: LocalStack) -> None:

@@ -1,0 +1,227 @@
+"""Read-only queries over the lake's tables for the query API (``POST /v1/query``): one
+statement, parameters bound by Spark, ``asOf`` for every table the statement reads, row caps,
+timeouts and per-table read rights.
+
+What a statement reads is taken from Spark's own plan (``EXPLAIN FORMATTED`` of the statement as
+it will run), not from its text: a table named through a parameter (``IDENTIFIER(:t)``), a view
+or a two-part name is found the same way. From the plan:
+- every scan must be an Iceberg table of the lake's catalog the client may read (no files,
+  ``read_files``, JDBC or other catalogs);
+- with ``asOf``, every table scan must read the snapshot current at that time (or the given
+  snapshot id), else the statement is refused with the table it would read at another time;
+- functions that call Java (``reflect``, ``java_method``) are refused.
+The text is only rewritten to ask for the time travel: fully qualified names get the
+``VERSION``/``TIMESTAMP AS OF`` clause, one-part names resolve to temporary views that carry it.
+
+pyspark and pyarrow are imported by the callers' sessions; this module needs neither at import.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cdclake.cli.statements import AsOf, QueryError, split_statements, tokens, with_as_of
+from cdclake.contracts.names import quote
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+Scalar = str | int | float | bool | None
+QUERY_STARTS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "(")
+JAVA_CALLS = ("reflect", "java_method", "try_reflect")
+# Leaf scans a query may have besides the lake's Iceberg tables: literal rows and range().
+HARMLESS_SCANS = ("LocalTableScan", "Scan OneRowRelation", "Range", "EmptyRelation")
+
+
+class Refused(QueryError):
+    """The statement is not run: not a query, reads what it may not, or not at ``asOf``."""
+
+
+class Forbidden(Refused):
+    """The client may not read a table the statement reads."""
+
+
+class TimedOut(QueryError):
+    pass
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+    params: Mapping[str, Scalar] | Sequence[Scalar] = field(default_factory=dict)
+    as_of: AsOf | None = None
+    max_rows: int = 1000
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Scan:
+    table: str  # catalog.namespace.table[.metadata]
+    snapshot_id: int | None
+
+    @property
+    def metadata(self) -> bool:
+        return self.table.count(".") > 2
+
+
+@dataclass
+class Answer:
+    table: pa.Table  # at most max_rows rows
+    truncated: bool
+    scans: list[Scan]
+
+
+def check_statement(sql: str) -> str:
+    """The one query of ``sql`` (a trailing ``;`` allowed), or Refused."""
+    done, rest = split_statements(sql)
+    parts = [*done, *([rest.strip()] if rest else [])]
+    if len(parts) != 1:
+        raise Refused(f"one statement per query, got {len(parts)}")
+    words = [t for k, t in tokens(parts[0]) if k not in ("ws", "comment")]
+    first = words[0].upper() if words else ""
+    if first not in QUERY_STARTS:
+        raise Refused(f"only queries (SELECT, WITH, FROM, VALUES, TABLE) run here, not {first or 'an empty'} statement")
+    called = {w.lower() for w, nxt in itertools.pairwise(words) if nxt == "("}
+    if bad := sorted(called & set(JAVA_CALLS)):
+        raise Refused(f"function {bad[0]} calls Java methods and is not allowed here")
+    return parts[0]
+
+
+_HEADER = re.compile(r"^\((\d+)\) (.+?)\s*$")
+_ICEBERG = re.compile(r"IcebergScan\(table=([^,\s]+),.*?snapshotId=(\d+|null)")
+
+
+def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
+    """From ``EXPLAIN FORMATTED`` text: the Iceberg scans (table, snapshot) and the leaf scans of
+    any other kind (their node names)."""
+    scans: list[Scan] = []
+    other: list[str] = []
+    node, details = "", []
+    for line in [*plan.splitlines(), "(0) END"]:
+        m = _HEADER.match(line.strip())
+        if not m:
+            details.append(line)
+            continue
+        if node.startswith("BatchScan "):
+            found = _ICEBERG.search("\n".join(details))
+            if found is None:
+                other.append(node)
+            else:
+                snap = found.group(2)
+                scans.append(Scan(found.group(1), None if snap == "null" else int(snap)))
+        elif ("Scan" in node or node.startswith("Range")) and not node.startswith(HARMLESS_SCANS):
+            other.append(node)
+        node, details = m.group(2), []
+    unique = list(dict.fromkeys(scans))
+    return unique, other
+
+
+def java_calls(plan: str) -> list[str]:
+    return sorted({f for f in JAVA_CALLS if re.search(rf"\b{f}\(", plan)})
+
+
+@dataclass(frozen=True)
+class Lake:
+    """Where and what a statement may read."""
+
+    catalog: str
+    namespace: str
+    may_read: Callable[[str, str], bool]  # (namespace, table) -> allowed
+    snapshot_at: Callable[[str, AsOf], int | None]  # table -> its snapshot at that time (None: none then)
+
+
+def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
+    """``query`` on ``spark`` (a session of its own: this sets its current namespace and temporary
+    views), or Refused/Forbidden/TimedOut/QueryError with a one-line reason."""
+    statement = check_statement(query.sql)
+    spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
+    if query.as_of is not None:
+        statement = time_travel(spark, statement, lake, query.as_of, query.params)
+    args: Any = query.params
+    explained = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
+    plan = str(explained[0]) if explained else ""
+    scans = check_plan(plan, lake, query.as_of)
+    df = spark.sql(statement, args=args).limit(query.max_rows + 1)
+    table = collect(spark, df.toArrow, query.timeout_s)
+    truncated = table.num_rows > query.max_rows
+    return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
+
+
+def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:
+    """The plan's scans, if the statement may run as planned; else Refused or Forbidden."""
+    scans, other = plan_scans(plan)
+    home = f"{lake.catalog}.{lake.namespace}".lower()
+    if other:
+        raise Refused(f"the query reads {other[0].split(' [')[0]}: only the tables of {home} can be read here")
+    if calls := java_calls(plan):
+        raise Refused(f"function {calls[0]} calls Java methods and is not allowed here")
+    for s in scans:
+        parts = s.table.split(".")
+        if ".".join(parts[:2]).lower() != home or len(parts) < 3:
+            raise Refused(f"the query reads {s.table}: only the tables of {home} can be read here")
+        if not lake.may_read(parts[1], parts[2]):
+            raise Forbidden(f"this client may not read {parts[1]}.{parts[2]}")
+        if as_of is None or s.metadata:
+            continue  # a metadata table describes every snapshot: it has no time to travel to
+        want = lake.snapshot_at(parts[2], as_of)
+        if want is None:
+            raise Refused(f"asOf {as_of.describe()}: {parts[1]}.{parts[2]} has no snapshot at that time")
+        if s.snapshot_id != want:
+            raise Refused(
+                f"asOf {as_of.describe()}: the query would read {parts[2]} at snapshot {s.snapshot_id}, not at "
+                f"{want} (its snapshot then); name it {parts[2]} or {lake.catalog}.{lake.namespace}.{parts[2]}"
+            )
+    return scans
+
+
+def time_travel(spark: SparkSession, statement: str, lake: Lake, as_of: AsOf, params: Any = ()) -> str:
+    """``statement`` asking for ``as_of``: the clause after each fully qualified table, and each
+    one-part name of a table a temporary view of it at that time (views come first when Spark
+    resolves a one-part name; a text parameter may name one too, through ``IDENTIFIER(:p)``).
+    :func:`check_plan` then checks what the plan really reads."""
+    try:
+        statement, _ = with_as_of(statement, [lake.catalog], lake.namespace, as_of)
+    except QueryError as exc:
+        if "reads no table" not in str(exc):
+            raise
+    shown = spark.sql(f"SHOW TABLES IN {quote(lake.catalog)}.{quote(lake.namespace)}").collect()
+    names = {str(r["tableName"]).lower() for r in shown}
+    words = {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
+    values = params.values() if isinstance(params, Mapping) else params
+    words |= {v.lower() for v in values if isinstance(v, str)}
+    for name in sorted(words & names):
+        if lake.snapshot_at(name, as_of) is None:
+            continue  # nothing to read then: if the query reads it, check_plan says so
+        source = f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(name)}"
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS SELECT * FROM {source} {as_of.clause()}")
+    return statement
+
+
+def collect(spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float) -> pa.Table:
+    """``fetch()``, its Spark jobs interrupted after ``timeout_s`` (TimedOut)."""
+    tag = f"cdclake-query-{uuid.uuid4().hex}"
+    fired = threading.Event()
+
+    def interrupt() -> None:
+        fired.set()
+        spark.interruptTag(tag)
+
+    spark.addTag(tag)
+    timer = threading.Timer(timeout_s, interrupt)
+    timer.start()
+    try:
+        return fetch()
+    except Exception:
+        if fired.is_set():
+            raise TimedOut(f"the query ran longer than its timeout of {timeout_s:g} s and was cancelled") from None
+        raise
+    finally:
+        timer.cancel()
+        spark.removeTag(tag)

@@ -1,0 +1,187 @@
+"""``POST /v1/query``: a read-only Spark SQL statement over the lake's tables, its rows as JSON
+or as an Arrow IPC stream (:mod:`cdclake.lake.queries` decides what may run).
+
+It lives in the REST catalog's server: one front door and one token scheme (the catalog's
+clients, with their ``tables`` patterns) for the engines that read the files themselves and for
+the applications that only send SQL. Spark is the engine: each request gets its own Spark Connect
+session on the stack's server (``CDCLAKE_SPARK_CONNECT_URL``), released when it is answered.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import decimal
+import math
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from cdclake.cli.statements import AsOf, QueryError, parse_as_of
+from cdclake.config.settings import Settings
+from cdclake.lake import queries
+from restcatalog import auth
+from restcatalog.errors import IcebergError, bad_request, forbidden
+from restcatalog.inputs import json_body, parse
+from restcatalog.service import Service, run
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+Sessions = Callable[[], AbstractContextManager["SparkSession"]]
+ARROW = "application/vnd.apache.arrow.stream"
+
+Param = StrictStr | StrictInt | StrictFloat | StrictBool | None
+
+
+class QueryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sql: StrictStr = Field(min_length=1)
+    params: dict[str, Param] | list[Param] = Field(default_factory=dict)
+    """Named (``:name``) or positional (``?``) parameters, bound by Spark."""
+    asOf: StrictStr | StrictInt | None = None
+    """A snapshot id, or an ISO 8601 time (UTC without an offset)."""
+    format: Literal["json", "arrow"] = "json"
+    maxRows: StrictInt = Field(default=1000, ge=1)
+    timeoutS: StrictInt | StrictFloat | None = Field(default=None, gt=0)
+
+
+def connect_sessions(settings: Settings) -> Sessions | None:
+    """A new Spark Connect session per query on the stack's server; None without one."""
+    if not settings.spark_connect_url:
+        return None
+
+    @contextlib.contextmanager
+    def session() -> Iterator[SparkSession]:
+        from cdclake.lake.spark import connect_session, connect_token
+
+        spark = connect_session(settings.spark_connect_url, connect_token(settings))
+        try:
+            yield spark
+        finally:
+            spark.stop()  # releases the session (its views and settings) on the server
+
+    return session
+
+
+def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
+    if body.maxRows > settings.query_max_rows:
+        raise bad_request(f"maxRows {body.maxRows} is above this server's limit of {settings.query_max_rows}")
+    limit = settings.query_timeout_s
+    if body.timeoutS is not None and body.timeoutS > limit:
+        raise bad_request(f"timeoutS {body.timeoutS} is above this server's limit of {limit} s")
+    as_of: AsOf | None = None
+    if body.asOf is not None:
+        try:
+            as_of = parse_as_of(str(body.asOf))
+        except QueryError as exc:
+            raise bad_request(str(exc).replace("--as-of", "asOf")) from None
+    return queries.Query(body.sql, body.params, as_of, body.maxRows, float(body.timeoutS or limit))
+
+
+def lake_for(svc: Service, client: auth.Client) -> queries.Lake:
+    settings = svc.settings
+
+    def snapshot_at(table: str, as_of: AsOf) -> int | None:
+        from cdclake.lake.catalog import load_table
+
+        t = load_table(settings, table)
+        if t is None:
+            return None
+        if as_of.snapshot_id is not None:
+            return as_of.snapshot_id if t.snapshot_by_id(as_of.snapshot_id) is not None else None
+        assert as_of.timestamp_ms is not None
+        found = t.snapshot_as_of_timestamp(as_of.timestamp_ms)
+        return found.snapshot_id if found is not None else None
+
+    return queries.Lake(settings.catalog_name, settings.namespace, client.may_read, snapshot_at)
+
+
+async def post_query(request: Request, svc: Service) -> Response:
+    client = svc.authorize(request, auth.Access.READ)
+    body = parse(QueryRequest, await json_body(request, svc))
+    query = query_of(body, svc.settings)
+    if svc.query_sessions is None:
+        raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
+    sessions, lake = svc.query_sessions, lake_for(svc, client)
+
+    def answer() -> queries.Answer:
+        with sessions() as spark:
+            return queries.run(spark, query, lake)
+
+    try:
+        got = await run(answer)
+    except queries.Forbidden as exc:
+        raise forbidden(str(exc)) from None
+    except queries.TimedOut as exc:
+        raise IcebergError(408, "QueryTimeoutException", str(exc)) from None
+    except QueryError as exc:
+        raise bad_request(str(exc)) from None
+    except Exception as exc:
+        raise spark_error(exc) from None
+    snapshots = [{"table": s.table, "snapshotId": s.snapshot_id} for s in got.scans]
+    if body.format == "arrow":
+        truncated = {"Cdclake-Truncated": str(got.truncated).lower()}
+        return Response(arrow_stream(got.table), media_type=ARROW, headers=truncated)
+    return JSONResponse(
+        {
+            "columns": [{"name": f.name, "type": str(f.type)} for f in got.table.schema],
+            "rows": [[jsonable(v) for v in row.values()] for row in got.table.to_pylist()],
+            "rowCount": got.table.num_rows,
+            "truncated": got.truncated,
+            "snapshots": snapshots,
+        }
+    )
+
+
+def spark_error(exc: Exception) -> Exception:
+    """Spark's analysis and runtime errors are the statement's: a 400 with Spark's one line. An
+    engine out of reach is a 503; anything else stays a server fault (500)."""
+    from pyspark.errors import PySparkException
+
+    from cdclake.cli.query import error_line
+
+    if not isinstance(exc, PySparkException):
+        return exc
+    line = error_line(exc)
+    if "UNAVAILABLE" in str(exc) or "Connection refused" in str(exc):
+        return IcebergError(503, "ServiceUnavailableException", f"the query engine is not reachable: {line}")
+    return bad_request(line)
+
+
+def arrow_stream(table: pa.Table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def jsonable(v: Any) -> Any:
+    """A value of an Arrow row as JSON: times in ISO 8601, decimals as strings (exact), bytes
+    in base64, NaN and infinities as strings, maps as objects (or pairs when keys are not text)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dt.datetime | dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode()
+    if isinstance(v, dict):
+        return {k: jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            if all(isinstance(k, str) for k, _ in v):
+                return {k: jsonable(x) for k, x in v}
+            return [[jsonable(k), jsonable(x)] for k, x in v]
+        return [jsonable(x) for x in v]
+    return v

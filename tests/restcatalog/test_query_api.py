@@ -1,0 +1,292 @@
+"""``POST /v1/query`` (restcatalog/query.py over cdclake/lake/queries.py): results and ``asOf``
+results equal the reference model at each apply run, parameters are bound (never spliced), what
+a statement reads is taken from Spark's plan (files, other catalogs, Java calls and tables at the
+wrong time are refused), row caps, formats, and read rights per table.
+
+Spark here is an in-process session per request (``spark.newSession()``): the server's own is a
+Spark Connect session, which tests/e2e/test_e2e.py drives through the embedded stack (timeouts
+too: only a Connect session's jobs are cancelled by tag)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc
+import pytest
+from starlette.testclient import TestClient
+
+from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, rows_by_key
+from cdclake.lake import queries
+from restcatalog import auth
+from restcatalog.app import create_app
+from restcatalog.query import jsonable
+from tests.support.lake import Lake, two_run_lake
+
+TABLE = "orders"
+
+# ---------------------------------------------------------------- pure parts (no Spark)
+
+
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        ("DROP TABLE orders", "not DROP statement"),
+        ("SELECT 1; DROP TABLE orders", "one statement per query, got 2"),
+        ("INSERT INTO orders VALUES (1)", "not INSERT statement"),
+        ("SET spark.sql.ansi.enabled=false", "not SET statement"),
+        ("  -- only a comment", "one statement per query, got 0"),
+        ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", "function reflect calls Java"),
+        ("SELECT JAVA_METHOD('java.lang.System', 'getenv', 'HOME')", "function java_method calls Java"),
+    ],
+)
+def test_only_one_query_gets_past_the_text_check(sql: str, needle: str) -> None:
+    with pytest.raises(queries.Refused, match=needle):
+        queries.check_statement(sql)
+
+
+def test_a_query_with_semicolons_in_strings_and_a_trailing_one_is_one_statement() -> None:
+    sql = "SELECT ';' AS a, `x;y` FROM orders -- ; not a statement\n;"
+    assert queries.check_statement(sql) == "SELECT ';' AS a, `x;y` FROM orders -- ; not a statement"
+
+
+PLAN = """== Physical Plan ==
+* Project (4)
++- * BroadcastHashJoin Inner BuildRight (3)
+   :- BatchScan lake.cdc.orders (1)
+   +- BatchScan lake.cdc.orders.snapshots (2)
+
+
+(1) BatchScan lake.cdc.orders
+Output [2]: [k#1, v#2]
+IcebergScan(table=lake.cdc.orders, schemaId=0, snapshotId=42, branch=null, filters=, runtimeFilters=, groupedBy=)
+
+(2) BatchScan lake.cdc.orders.snapshots
+Output [1]: [snapshot_id#3L]
+IcebergScan(table=lake.cdc.orders.snapshots, schemaId=null, snapshotId=null, branch=null, filters=)
+
+(3) Scan json
+Output [1]: [value#4]
+Batched: false
+Location: InMemoryFileIndex [file:/etc/passwd]
+
+(4) LocalTableScan [codegen id : 1]
+Output [1]: [col1#5]
+"""
+
+
+def test_plan_scans_finds_iceberg_tables_with_their_snapshot_and_every_other_scan() -> None:
+    scans, other = queries.plan_scans(PLAN)
+    assert scans == [queries.Scan("lake.cdc.orders", 42), queries.Scan("lake.cdc.orders.snapshots", None)]
+    assert [s.metadata for s in scans] == [False, True]
+    assert other == ["Scan json"]
+
+
+def test_jsonable_values() -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    assert jsonable(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)) == "2026-01-02T03:04:05+00:00"
+    assert jsonable(Decimal("1.10")) == "1.10"
+    assert jsonable(b"\x00\xff") == "AP8="
+    assert jsonable(float("nan")) == "nan" and jsonable(float("-inf")) == "-inf"
+    assert jsonable([("a", 1), ("b", None)]) == {"a": 1, "b": None}  # a map with text keys
+    assert jsonable([(1, "x")]) == [[1, "x"]]
+    assert jsonable({"s": [dt.date(2026, 1, 1)]}) == {"s": ["2026-01-01"]}
+
+
+def test_table_rights_from_the_tokens_file(tmp_path: Path) -> None:
+    f = tmp_path / "tokens.toml"
+    f.write_text(
+        '[[client]]\nid = "app"\naccess = "read"\ntoken = "t-app"\ntables = ["cdc.orders", "sales.*"]\n'
+        '[[client]]\nid = "all"\naccess = "read"\nsecret = "s"\n'
+    )
+    tokens = auth.Tokens.load(f, 60)
+    app = tokens.bearer("Bearer t-app")
+    assert app is not None
+    assert app.may_read("cdc", "orders") and app.may_read("CDC", "Orders") and app.may_read("sales", "x")
+    assert not app.may_read("cdc", "orders__changes") and not app.may_read("cdc", "customers")
+    issued = tokens.bearer("Bearer " + tokens.issue(app))  # an issued token carries the rights
+    assert issued is not None and issued.tables == ("cdc.orders", "sales.*")
+    everyone = tokens.credentials("all", "s")
+    assert everyone is not None and everyone.may_read("any", "thing")
+    f.write_text('[[client]]\nid = "x"\ntoken = "t"\ntables = []\n')
+    with pytest.raises(auth.TokensFileError, match=r"client\[0\]\.tables must be a non-empty list"):
+        auth.Tokens.load(f, 60)
+
+
+# ---------------------------------------------------------------- on real tables
+
+
+@pytest.fixture(scope="module")
+def lake(spark: Any, spark_home: Path) -> Lake:
+    return two_run_lake(spark, spark_home, TABLE)
+
+
+def sessions(spark: Any) -> Any:
+    @contextlib.contextmanager
+    def session() -> Iterator[Any]:
+        yield spark.newSession()  # its own current namespace and temporary views
+
+    return session
+
+
+@pytest.fixture()
+def api(spark: Any, lake: Lake) -> Iterator[TestClient]:
+    with TestClient(create_app(lake.settings, sessions(spark))) as c:
+        yield c
+
+
+def rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    names = [c["name"] for c in answer["columns"]]
+    return [dict(zip(names, r, strict=True)) for r in answer["rows"]]
+
+
+def query(api: TestClient, sql: str, status: int = 200, **body: Any) -> dict[str, Any]:
+    r = api.post("/v1/query", json={"sql": sql, **body})
+    assert r.status_code == status, r.text
+    out: dict[str, Any] = r.json()
+    return out
+
+
+@pytest.mark.spark
+def test_rows_now_and_as_of_each_run_equal_the_reference(api: TestClient, lake: Lake) -> None:
+    old, new = lake.expected("first"), lake.expected()
+    assert old != new
+    got = query(api, f"SELECT * FROM {TABLE}")
+    assert not diff(new, rows_by_key(rows(got)))
+    assert got["snapshots"] == [{"table": f"{lake.ns}.{TABLE}", "snapshotId": lake.s2}]
+    for as_of, want, snap in (
+        (lake.s1, old, lake.s1),
+        (str(lake.s2), new, lake.s2),
+        (_iso(lake.s1_ms + 1), old, lake.s1),
+        (_iso(lake.s2_ms), new, lake.s2),
+    ):
+        # One-part, fully qualified, and both in one statement: every table at the time asked.
+        for sql in (
+            f"SELECT * FROM {TABLE}",
+            f"SELECT * FROM {lake.ns}.{TABLE}",
+            f"SELECT o.* FROM {TABLE} o JOIN {lake.ns}.{TABLE} q ON o._cdc_row_id = q._cdc_row_id",
+        ):
+            got = query(api, sql, asOf=as_of)
+            assert not diff(want, rows_by_key(rows(got))), (as_of, sql)
+            assert {s["snapshotId"] for s in got["snapshots"]} == {snap}, (as_of, sql)
+
+
+@pytest.mark.spark
+def test_a_table_the_rewrite_cannot_time_travel_is_refused_not_read_now(api: TestClient, lake: Lake) -> None:
+    ns = lake.settings.namespace
+    for sql, params in (
+        (f"SELECT * FROM {ns}.{TABLE}", {}),  # two-part name
+        ("SELECT * FROM IDENTIFIER(:t)", {"t": f"{ns}.{TABLE}"}),  # a name in a parameter
+    ):
+        err = query(api, sql, 400, asOf=lake.s1, params=params)["error"]["message"]
+        assert f"would read {TABLE} at snapshot {lake.s2}, not at {lake.s1}" in err, err
+    # A one-part name in a parameter resolves to the time-travelled view.
+    got = query(api, "SELECT * FROM IDENTIFIER(:t)", asOf=lake.s1, params={"t": TABLE})
+    assert not diff(lake.expected("first"), rows_by_key(rows(got)))
+    err = query(api, f"SELECT * FROM {TABLE}", 400, asOf="1970-01-01T00:00:01Z")["error"]["message"]
+    assert "has no snapshot at that time" in err
+
+
+@pytest.mark.spark
+def test_parameters_are_bound_never_spliced(api: TestClient, lake: Lake) -> None:
+    some = sorted(lake.expected())[0]
+    hostile = [f"{some}' OR '1'='1", f"{some}'; DROP TABLE {TABLE}; --", "') UNION SELECT * FROM x --", 'a"b`c\\']
+    for value in hostile:
+        got = query(api, f"SELECT _cdc_row_id FROM {TABLE} WHERE _cdc_row_id = :k", params={"k": value})
+        assert got["rows"] == [], value
+    got = query(api, f"SELECT _cdc_row_id, ? AS echoed FROM {TABLE} WHERE _cdc_row_id = ?", params=[hostile[1], some])
+    assert got["rows"] == [[some, hostile[1]]]
+    assert len(query(api, f"SELECT * FROM {TABLE}")["rows"]) == len(lake.expected())  # still there
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("sql", "needle"),
+    [
+        ("SELECT * FROM json.`/etc/passwd`", "only the tables of"),
+        ("SELECT * FROM text.`/etc`", "only the tables of"),
+        ("SELECT IDENTIFIER('reflect')('java.lang.System', 'getenv', 'HOME')", "function reflect calls Java"),
+        ("SELECT * FROM nosuch", "TABLE_OR_VIEW_NOT_FOUND"),
+        ("SELECT 1 +", "PARSE_SYNTAX_ERROR"),
+    ],
+)
+def test_what_a_statement_may_not_read_or_call_is_refused(api: TestClient, sql: str, needle: str) -> None:
+    err = query(api, sql, 400)["error"]
+    assert needle in err["message"] and "\n" not in err["message"], err
+
+
+@pytest.mark.spark
+def test_max_rows_truncates_and_arrow_carries_the_same_rows(api: TestClient, lake: Lake) -> None:
+    n = len(lake.expected())
+    got = query(api, f"SELECT _cdc_row_id FROM {TABLE} ORDER BY _cdc_row_id", maxRows=3)
+    assert got["rowCount"] == 3 and got["truncated"] is True
+    assert query(api, f"SELECT _cdc_row_id FROM {TABLE}", maxRows=n)["truncated"] is False
+    r = api.post("/v1/query", json={"sql": f"SELECT * FROM {TABLE} ORDER BY _cdc_row_id", "format": "arrow"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/vnd.apache.arrow.stream"
+    assert r.headers["cdclake-truncated"] == "false"
+    table = pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all()
+    assert isinstance(table, pa.Table)
+    assert not diff(lake.expected(), rows_by_key(table.to_pylist()))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"sql": "SELECT 1", "maxRows": 0}, "maxRows"),
+        ({"sql": "SELECT 1", "maxRows": 10**9}, "maxRows 1000000000 is above this server's limit of 100000"),
+        ({"sql": "SELECT 1", "timeoutS": 10**6}, "timeoutS 1000000 is above this server's limit of 120 s"),
+        ({"sql": "SELECT 1", "asOf": "yesterday"}, "asOf 'yesterday' is neither a snapshot id"),
+        ({"sql": "SELECT 1", "params": {"a": {"nested": 1}}}, "params"),
+        ({"sql": "SELECT 1", "format": "csv"}, "format"),
+        ({"sql": "SELECT 1", "extra": 1}, "extra"),
+        ({"sql": ""}, "sql"),
+    ],
+)
+def test_bad_requests_name_the_field(api: TestClient, body: dict[str, Any], needle: str) -> None:
+    r = api.post("/v1/query", json=body)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+@pytest.mark.spark
+def test_read_rights_per_table(spark: Any, lake: Lake, tmp_path: Path) -> None:
+    f = tmp_path / "tokens.toml"
+    f.write_text(
+        '[[client]]\nid = "changes"\naccess = "read"\ntoken = "t-changes"\n'
+        f'tables = ["{lake.settings.namespace}.*__changes"]\n'
+    )
+    settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
+    with TestClient(create_app(settings, sessions(spark))) as api:
+        sql = {"sql": f"SELECT count(*) FROM {TABLE}"}
+        assert api.post("/v1/query", json=sql).status_code == 401
+        r = api.post("/v1/query", json=sql, headers={"Authorization": "Bearer t-changes"})
+        assert r.status_code == 403 and f"may not read {lake.settings.namespace}.{TABLE}" in r.text
+        ok = api.post(
+            "/v1/query",
+            json={"sql": f"SELECT count(*) FROM {TABLE}__changes"},
+            headers={"Authorization": "Bearer t-changes"},
+        )
+        assert ok.status_code == 200 and ok.json()["rows"][0][0] > 0
+
+
+def test_without_an_engine_the_query_api_says_what_it_needs(tmp_path: Path) -> None:
+    from tests.support import make_settings
+
+    settings = make_settings(tmp_path, spark_connect_url="")
+    with TestClient(create_app(settings)) as api:
+        r = api.post("/v1/query", json={"sql": "SELECT 1"})
+    assert r.status_code == 503 and "CDCLAKE_SPARK_CONNECT_URL" in r.json()["error"]["message"]
+
+
+def _iso(ms: int) -> str:
+    from datetime import UTC, datetime, timedelta
+
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat()
