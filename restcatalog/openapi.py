@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the routes this REST catalog serves, at ``/openapi.json``.
 
 The Iceberg REST spec is the contract; this document describes the subset served here (and the
-two partition listings it adds), with request bodies from the models the handlers parse with,
+two partition listings and the query API it adds), with request bodies from the models the handlers parse with,
 so it cannot drift from validation. Schema-driven fuzzing (tests/receiver/test_schemathesis.py) reads it.
 """
 
@@ -20,6 +20,7 @@ from restcatalog.models import (
     RenameTableRequest,
     UpdateNamespacePropertiesRequest,
 )
+from restcatalog.query import QueryRequest
 
 BODIES = (
     CreateNamespaceRequest,
@@ -29,6 +30,7 @@ BODIES = (
     RenameTableRequest,
     CommitTableRequest,
     CommitTransactionRequest,
+    QueryRequest,
 )
 ERROR = {
     "type": "object",
@@ -170,6 +172,18 @@ def document() -> dict[str, Any]:
                 "post": {
                     "requestBody": _body("CommitTransactionRequest"),
                     "responses": _answers("204", "400", "404", "409"),
+                }
+            },
+            "/v1/query": {
+                "post": {
+                    "requestBody": _body("QueryRequest"),
+                    "responses": {
+                        **_answers("200", "400", "403", "408", "503"),
+                        "200": {
+                            "description": "rows (JSON) or an Arrow IPC stream (format: arrow)",
+                            "content": {"application/json": {}, "application/vnd.apache.arrow.stream": {}},
+                        },
+                    },
                 }
             },
             "/health": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},

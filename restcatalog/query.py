@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from cdclake.cli.statements import AsOf, QueryError, parse_as_of
 from cdclake.config.settings import Settings
 from cdclake.lake import queries
+from cdclake.lake.statements import AsOf, QueryError, parse_as_of
 from restcatalog import auth
 from restcatalog.errors import IcebergError, bad_request, forbidden
 from restcatalog.inputs import json_body, parse
@@ -146,12 +146,11 @@ def spark_error(exc: Exception) -> Exception:
     engine out of reach is a 503; anything else stays a server fault (500)."""
     from pyspark.errors import PySparkException
 
-    from cdclake.cli.query import error_line
-
     if not isinstance(exc, PySparkException):
         return exc
-    line = error_line(exc)
-    if "UNAVAILABLE" in str(exc) or "Connection refused" in str(exc):
+    line = queries.error_line(exc)
+    status = getattr(exc, "getGrpcStatusCode", None)  # Spark Connect's own failures, not the statement's
+    if status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
         return IcebergError(503, "ServiceUnavailableException", f"the query engine is not reachable: {line}")
     return bad_request(line)
 

@@ -1,6 +1,6 @@
 """``cdclake sql``: Spark sessions for queries (the running Spark Connect server when one
 answers, else an in-process session), the statements run on them, and the shell.
-Statements and ``--as-of`` are :mod:`cdclake.cli.statements`, printing is :mod:`cdclake.cli.output`,
+Statements and ``--as-of`` are :mod:`cdclake.lake.statements`, printing is :mod:`cdclake.cli.output`,
 ``cdclake tables``/``snapshots`` are :mod:`cdclake.cli.reports`.
 
 pyspark, pyiceberg and httpx are imported inside functions: ``cdclake`` imports stay light.
@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -22,8 +21,9 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from cdclake.cli.output import TABLE_ROWS, Result, render
-from cdclake.cli.statements import AsOf, QueryError, split_statements, with_as_of
 from cdclake.config.settings import Settings
+from cdclake.lake.queries import error_line
+from cdclake.lake.statements import AsOf, QueryError, split_statements, with_as_of
 
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
@@ -53,16 +53,6 @@ JOIN applies a
  AND (a.previous_apply_at IS NULL OR c._cdc_committed_at > a.previous_apply_at)
 WHERE c._cdc_row_id = '{key}' AND a.committed_at > TIMESTAMP '{at}'
 ORDER BY a.committed_at, c._cdc_order, c._cdc_seq"""
-
-
-def error_line(exc: BaseException) -> str:
-    """A Spark, Iceberg or JVM error as one line without a stack trace."""
-    java = getattr(exc, "java_exception", None)  # py4j: an exception pyspark did not convert
-    text = str(java.toString()) if java is not None else str(exc)
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
-    line = re.sub(r"^\((?:[\w$]+\.)+[\w$]+\)\s*", "", line)  # Spark Connect: "(org.x.FooException) msg"
-    line = re.sub(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error):\s*", "", line)  # Java: "org.x.Foo: msg"
-    return line if len(line) <= 400 else line[:399] + "…"
 
 
 def _quiet_pyspark() -> None:

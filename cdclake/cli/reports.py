@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cdclake.cli.output import Result
-from cdclake.cli.statements import EPOCH, QueryError
 from cdclake.config.settings import Settings
 from cdclake.contracts.watermark import EVENT_COUNTS, SUMMARY_KEY, counts_of
+from cdclake.lake.statements import EPOCH, QueryError
 
 
 def _ms_time(ms: int | None) -> datetime | None:

@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.cli.statements import AsOf, QueryError, split_statements, tokens, with_as_of
 from cdclake.contracts.names import quote
+from cdclake.lake.statements import AsOf, QueryError, split_statements, tokens, with_as_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -121,6 +121,16 @@ def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
         node, details = m.group(2), []
     unique = list(dict.fromkeys(scans))
     return unique, other
+
+
+def error_line(exc: BaseException) -> str:
+    """A Spark, Iceberg or JVM error as one line without a stack trace."""
+    java = getattr(exc, "java_exception", None)  # py4j: an exception pyspark did not convert
+    text = str(java.toString()) if java is not None else str(exc)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    line = re.sub(r"^\((?:[\w$]+\.)+[\w$]+\)\s*", "", line)  # Spark Connect: "(org.x.FooException) msg"
+    line = re.sub(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error):\s*", "", line)  # Java: "org.x.Foo: msg"
+    return line if len(line) <= 400 else line[:399] + "…"
 
 
 def java_calls(plan: str) -> list[str]:

@@ -51,6 +51,8 @@ REST_OPS = labels(rest_openapi.document())
 # Its only behaviour without an Airflow is the documented 502 "Airflow refused or is down", and
 # it takes no input to fuzz; debouncing it is tested where it is built.
 NOT_FUZZED = {"POST /flush"}
+# Needs a Spark engine: fuzzed on its own with an in-process session (test_query_api_openapi).
+QUERY_OP = "POST /v1/query"
 
 
 def leaks(text: str, settings: Settings) -> list[str]:
@@ -161,11 +163,32 @@ def test_receiver_openapi(receiver: Any, label: str) -> None:
     fuzz(schema, label, url, headers, settings)
 
 
-@pytest.mark.parametrize("label", cases(REST_OPS))
+@pytest.mark.parametrize("label", [op for op in cases(REST_OPS) if op != QUERY_OP])
 @pytest.mark.server
 def test_rest_catalog_openapi(rest: Any, label: str) -> None:
     schema, url, headers, settings = rest
     fuzz(schema, label, url, headers, settings)
+
+
+@pytest.mark.server
+@pytest.mark.spark
+def test_query_api_openapi(spark: Any, spark_home: Path) -> None:
+    """The query API with an engine: each request a new session of the test's in-process Spark."""
+    import contextlib
+
+    from restcatalog.app import create_app
+    from tests.support import fresh_settings
+
+    settings = fresh_settings(spark_home)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
+
+    @contextlib.contextmanager
+    def sessions() -> Iterator[Any]:
+        yield spark.newSession()
+
+    with serve_app(create_app(settings, sessions), log_level="critical") as url:
+        schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+        fuzz(schema, QUERY_OP, url, {}, settings)
 
 
 # -- the findings, each reproduced deterministically (in-process, the same settings as the fuzz)

@@ -1,4 +1,4 @@
-"""SQL text the CLI works on: statement splitting (``;`` outside strings, quoted names and
+"""SQL text ``cdclake sql`` and the query API work on: statement splitting (``;`` outside strings, quoted names and
 comments) and ``--as-of`` time travel (the clause added after every fully qualified table)."""
 
 from __future__ import annotations
