@@ -12,6 +12,9 @@ Modules: :mod:`~cdclake.client.producer` (the :class:`Producer`), :mod:`~cdclake
 :mod:`~cdclake.client.ws_transport`, :mod:`~cdclake.client.replies` (answers read back),
 :mod:`~cdclake.client.errors`, :mod:`~cdclake.client.batch`, :mod:`~cdclake.client.replicas`,
 :mod:`~cdclake.client.transport`. Import from ``cdclake.client``: the names below are the SDK.
+
+The read side is :mod:`cdclake.client.lake` (``lake.connect(url).query(sql)``): SQL over the
+lake's tables through the query API, with the same light dependencies.
 """
 
 from __future__ import annotations

@@ -290,3 +290,73 @@ def _iso(ms: int) -> str:
     from datetime import UTC, datetime, timedelta
 
     return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)).isoformat()
+
+
+# ---------------------------------------------------------------- the lake client over the API
+
+
+@pytest.mark.spark
+def test_lake_client_reads_rows_arrow_and_as_of(spark: Any, lake: Lake) -> None:
+    from cdclake.client import lake as lakeclient
+
+    with TestClient(create_app(lake.settings, sessions(spark))) as http:
+        db = lakeclient.Lake("http://testserver", http=http)
+        rows = db.query(f"SELECT * FROM {TABLE}", max_rows=10_000)
+        assert not diff(lake.expected(), rows_by_key(list(rows))) and not rows.truncated
+        then = db.query(f"SELECT * FROM {TABLE}", as_of=lake.s1, max_rows=10_000)
+        assert not diff(lake.expected("first"), rows_by_key(then.rows))
+        assert then.snapshots == [{"table": f"{lake.ns}.{TABLE}", "snapshotId": lake.s1}]
+        # The README's dashboard query (its text; a date before every event).
+        dash = db.query(
+            "SELECT status, count(*) AS n, sum(amount) AS total FROM orders WHERE _cdc_ts >= :since GROUP BY status",
+            params={"since": "1970-01-01"},
+        )
+        want: dict[str, list[float]] = {}
+        for r in lake.expected().values():
+            want.setdefault(r["status"], []).append(float(r["amount"]))
+        assert {r["status"]: (r["n"], pytest.approx(r["total"])) for r in dash} == {
+            k: (len(v), pytest.approx(sum(v))) for k, v in want.items()
+        }
+        some = sorted(lake.expected())[0]
+        one = db.query(f"SELECT _cdc_row_id AS k FROM {TABLE} WHERE _cdc_row_id = :k", params={"k": some})
+        assert one.rows == [{"k": some}]
+        table = db.query_arrow(f"SELECT * FROM {TABLE}", as_of=_iso(lake.s1_ms + 1))
+        assert not diff(lake.expected("first"), rows_by_key(table.to_pylist()))
+        with pytest.raises(lakeclient.QueryRefused, match="not DROP statement") as refused:
+            db.query(f"DROP TABLE {TABLE}")
+        assert refused.value.status == 400 and not refused.value.retryable
+
+
+@pytest.mark.spark
+def test_lake_client_credentials_rights_and_typed_errors(spark: Any, lake: Lake, tmp_path: Path) -> None:
+    from cdclake.client import lake as lakeclient
+
+    f = tmp_path / "tokens.toml"
+    f.write_text(
+        f'[[client]]\nid = "app"\naccess = "read"\nsecret = "s3cret"\ntables = ["{lake.settings.namespace}.{TABLE}"]\n'
+    )
+    settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
+    with TestClient(create_app(settings, sessions(spark))) as http:
+        db = lakeclient.Lake("http://testserver", credential="app:s3cret", http=http)
+        assert db.query(f"SELECT count(*) AS n FROM {TABLE}").rows == [{"n": len(lake.expected())}]
+        with pytest.raises(lakeclient.AccessDenied, match=f"may not read {lake.settings.namespace}.{TABLE}__changes"):
+            db.query(f"SELECT * FROM {TABLE}__changes")
+        with pytest.raises(lakeclient.AccessDenied) as denied:
+            lakeclient.Lake("http://testserver", http=http).query("SELECT 1")
+        assert denied.value.status == 401
+        with pytest.raises(lakeclient.AccessDenied):
+            lakeclient.Lake("http://testserver", credential="app:wrong", http=http).query("SELECT 1")
+
+
+@pytest.mark.server
+def test_lake_client_without_a_server_is_a_retryable_connection_error() -> None:
+    import socket
+
+    from cdclake.client import lake as lakeclient
+
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        with pytest.raises(lakeclient.LakeConnectionError) as err, lakeclient.connect(f"http://127.0.0.1:{port}") as db:
+            db.query("SELECT 1")
+    assert err.value.retryable and err.value.status == 0
