@@ -15,6 +15,7 @@ GET  /v1/namespaces/{ns}/tables/{t}/partition-stats  per-partition counts and si
 POST /v1/tables/rename                            rename
 POST /v1/transactions/commit                      several tables, atomically
 POST /v1/query                                    read-only Spark SQL over the lake (restcatalog.query)
+GET  /v1/changes /v1/subscribe                    applied changes from a cursor: a page, or SSE (restcatalog.changes)
 GET  /health /metrics /openapi.json
 """
 
@@ -34,6 +35,7 @@ from cdclake.config.settings import Settings
 from cdclake.service.metrics import CONTENT_TYPE, Metrics
 from restcatalog import auth, errors, openapi
 from restcatalog.catalog import Catalog, client_config
+from restcatalog.changes import get_changes, subscribe
 from restcatalog.commits import commit_table, commit_transaction
 from restcatalog.errors import IcebergError, bad_request
 from restcatalog.namespaces import (
@@ -161,6 +163,8 @@ ROUTES: list[BaseRoute] = [
     route("/v1/transactions/commit", "POST", "transaction", W, commit_transaction),
     # Not an Iceberg REST route: the query API (restcatalog.query), read access and table rights.
     route("/v1/query", "POST", "query", None, post_query),
+    route("/v1/changes", "GET", "changes", None, get_changes),
+    route("/v1/subscribe", "GET", "subscribe", None, subscribe),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", prometheus, methods=["GET"]),
     Route("/openapi.json", openapi_json, methods=["GET"]),

@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 document of the routes this REST catalog serves, at ``/openapi.json``.
 
 The Iceberg REST spec is the contract; this document describes the subset served here (and the
-two partition listings and the query API it adds), with request bodies from the models the handlers parse with,
-so it cannot drift from validation. Schema-driven fuzzing (tests/receiver/test_schemathesis.py) reads it.
+two partition listings, the query API and the change feed it adds), with request bodies from the
+models the handlers parse with, so it cannot drift from validation. Schema-driven fuzzing
+(tests/receiver/test_schemathesis.py) reads it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ def document() -> dict[str, Any]:
     ns, table = _param("namespace", "path"), _param("table", "path")
     page = [_param("pageToken"), _param("pageSize")]
     t_path = "/v1/namespaces/{namespace}/tables/{table}"
+    subscription = [
+        {"name": "tables", "in": "query", "required": True, "schema": {"type": "string"}},
+        _param("operations"),
+        _param("since"),
+    ]
+    last_event_id = {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "cdclake Iceberg REST catalog", "version": "1"},
@@ -183,6 +190,21 @@ def document() -> dict[str, Any]:
                             "description": "rows (JSON) or an Arrow IPC stream (format: arrow)",
                             "content": {"application/json": {}, "application/vnd.apache.arrow.stream": {}},
                         },
+                    },
+                }
+            },
+            "/v1/changes": {
+                "get": {
+                    "parameters": [*subscription, _param("limit")],
+                    "responses": _answers("200", "400", "403"),
+                }
+            },
+            "/v1/subscribe": {
+                "get": {
+                    "parameters": [*subscription, last_event_id],
+                    "responses": {
+                        **_answers("200", "400", "403"),
+                        "200": {"description": "Server-Sent Events", "content": {"text/event-stream": {}}},
                     },
                 }
             },

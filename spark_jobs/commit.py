@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdclake.config.settings import Settings
+from cdclake.contracts import history
 from cdclake.contracts.watermark import count_properties
 from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
@@ -61,7 +62,7 @@ def quarantine_rows(quarantined: DataFrame) -> Build:
         SEQ,
         TS,
         SOURCE,
-        F.col(OP).alias("_cdc_operation"),
+        F.col(OP).alias(history.OPERATION),
         F.col(OBJECT).alias(HISTORY_OBJECT),
         F.col(REASON).alias("_cdc_reason"),
         F.current_timestamp().alias("_cdc_quarantined_at"),
@@ -71,9 +72,9 @@ def quarantine_rows(quarantined: DataFrame) -> Build:
 def change_rows(classified: DataFrame, target: StructType) -> Build:
     return lambda todo: classified.where(F.col(OBJECT).isin(todo) & (F.col(OUTCOME) != "duplicate")).select(
         *[col(f.name) for f in target.fields],
-        F.col(OP).alias("_cdc_operation"),
-        F.col(OUTCOME).alias("_cdc_outcome"),
-        F.current_timestamp().alias("_cdc_committed_at"),
+        F.col(OP).alias(history.OPERATION),
+        F.col(OUTCOME).alias(history.OUTCOME),
+        F.current_timestamp().alias(history.COMMITTED_AT),
         F.col(OBJECT).alias(HISTORY_OBJECT),
     )
 

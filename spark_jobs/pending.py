@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from cdclake import staging
 from cdclake.config.settings import Settings
+from cdclake.contracts import history
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
 from cdclake.lake.catalog import table_state, table_watermark
@@ -23,7 +24,7 @@ from cdclake.staging.clock import StoreClock
 
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 SIDE_TABLES = (QUARANTINE, CHANGES, TOMBSTONES)
-HISTORY_OBJECT = "_cdc_object"  # the staging object an event of __changes/__quarantine came in
+HISTORY_OBJECT = history.HISTORY_OBJECT  # the staging object an event of __changes/__quarantine came in
 
 
 @dataclass

@@ -6,12 +6,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
-SEQ = "_cdc_seq"
-TS = "_cdc_ts"
-SOURCE = "_cdc_source"
-ORDER = "_cdc_order"  # the ordering value: the event's `order`, else [sequence]
-SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE, ORDER)
+from cdclake.contracts.history import KEY, ORDER, SEQ, SOURCE, SYSTEM_COLUMNS, TS
+
+__all__ = ["KEY", "ORDER", "SEQ", "SOURCE", "SYSTEM_COLUMNS", "TS"]  # and the names defined below
 # Working columns, never stored in the main table:
 OP = "_cdc_w_op"
 OBJECT = "_cdc_w_object"

@@ -8,6 +8,8 @@ REST catalog's server), with no Spark, Airflow or Iceberg on the caller's side::
         print(row["_cdc_row_id"], row["amount"])
     db.query("SELECT count(*) AS n FROM orders", as_of="2026-01-01T12:00:00Z").rows[0]["n"]
     db.query_arrow("SELECT * FROM orders")                        # a pyarrow.Table (pyarrow installed)
+    for change in db.subscribe(["orders"], operations=["INSERT", "UPDATE"]):  # blocks, resumes
+        print(change["operation"], change["key"], change["after"], change["cursor"])
 
 Errors are :class:`LakeError` subclasses; ``retryable`` says whether the same call may succeed
 later (the server or the network failed) or needs another request (the statement, the rights).
@@ -16,6 +18,8 @@ later (the server or the network failed) or needs another request (the statement
 from __future__ import annotations
 
 import io
+import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -129,6 +133,70 @@ class Lake:
 
         r = self._post(_body(sql, params, as_of, max_rows, timeout_s, "arrow"))
         return pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all()
+
+    def changes(
+        self,
+        tables: Sequence[str],
+        operations: Sequence[str] | None = None,
+        since: str | None = None,
+        limit: int = 1000,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """One page of applied changes after ``since`` (None: from the first), in commit order,
+        and the cursor to ask for the next page with."""
+        params = self._subscription(tables, operations) | {"limit": str(limit), **({"since": since} if since else {})}
+        r = self._get("/v1/changes", params)
+        got = r.json()
+        return list(got["changes"]), str(got["cursor"])
+
+    def subscribe(
+        self,
+        tables: Sequence[str],
+        operations: Sequence[str] | None = None,
+        since: str | None = None,
+        reconnect_s: float = 1.0,
+    ) -> Iterator[dict[str, Any]]:
+        """The applied changes of ``tables`` in commit order, as they are committed, forever
+        (``GET /v1/subscribe``, Server-Sent Events). A dropped connection is resumed from the last
+        change delivered, so none is missed or repeated; each change carries its ``cursor``, the
+        ``since`` to start again from after it."""
+        params = self._subscription(tables, operations)
+        cursor = since
+        while True:
+            headers = {**self._headers(), **({"Last-Event-ID": cursor} if cursor else {})}
+            try:
+                with self._http.stream(
+                    "GET", "/v1/subscribe", params=params, headers=headers, timeout=httpx.Timeout(None, connect=10.0)
+                ) as r:
+                    if r.status_code == 401 and self._credential:
+                        self._token = None
+                        continue
+                    if r.status_code >= 400:
+                        r.read()
+                        raise _error(r)
+                    for line in r.iter_lines():
+                        if line.startswith("data: "):
+                            change = json.loads(line[6:])
+                            cursor = change["cursor"]
+                            yield change
+            except httpx.TransportError:
+                pass  # resumed below from the last change delivered
+            time.sleep(reconnect_s)
+
+    @staticmethod
+    def _subscription(tables: Sequence[str], operations: Sequence[str] | None) -> dict[str, str]:
+        return {"tables": ",".join(tables), **({"operations": ",".join(operations)} if operations else {})}
+
+    def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
+        try:
+            r = self._http.get(path, params=params, headers=self._headers())
+            if r.status_code == 401 and self._credential:
+                self._token = None
+                r = self._http.get(path, params=params, headers=self._headers())
+        except httpx.TransportError as exc:
+            raise LakeConnectionError(f"{self._http.base_url}: {exc}") from None
+        if r.status_code >= 400:
+            raise _error(r)
+        return r
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
         r = self._send(body)

@@ -1,0 +1,20 @@
+"""The columns of a CDC table and of its change history (``<table>__changes``), as the apply job
+writes them and the readers of the history (the subscribe endpoint, ``cdclake sql``'s documented
+queries) read them. Written once: spark_jobs takes its names from here."""
+
+from __future__ import annotations
+
+# System columns of every CDC table (and of its change history).
+KEY = "_cdc_row_id"  # "_row_id" is reserved by Iceberg (v3 row lineage)
+SEQ = "_cdc_seq"
+TS = "_cdc_ts"
+SOURCE = "_cdc_source"
+ORDER = "_cdc_order"  # the ordering value: the event's `order`, else [sequence]
+SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE, ORDER)
+
+# What the change history adds to the table's columns, per distinct event an apply decided.
+OPERATION = "_cdc_operation"  # INSERT, UPDATE or DELETE
+OUTCOME = "_cdc_outcome"  # applied, superseded or late
+COMMITTED_AT = "_cdc_committed_at"  # when the run logged it (one value per run)
+HISTORY_OBJECT = "_cdc_object"  # the staging object the event came in (also in __quarantine)
+HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT)

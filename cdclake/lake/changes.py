@@ -1,0 +1,135 @@
+"""The applied changes of a table, in commit order, after a cursor: what ``GET /v1/changes`` and
+the subscribe stream serve (restcatalog/changes.py), read from the change history
+(``<table>__changes``) with pyiceberg, no Spark.
+
+A change is visible once the table's own commit holds it: the apply logs a run's events in the
+history first, then commits the table (:mod:`spark_jobs.apply`); a change whose staging object
+the table's watermark does not hold yet (a run in progress, or one that crashed before its table
+commit) is not served until it does. Order: the run's commit time (``_cdc_committed_at``, one
+value per run, runs of a table one at a time under its lock), then the key's ordering value, the
+producer and its sequence: a total order, the same on every read. A position in it is a
+:class:`Position`; a cursor is one per table, opaque to clients (:func:`encode`).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdclake.config.settings import Settings
+from cdclake.contracts import history as h
+from cdclake.contracts.events import CHANGES_SUFFIX
+from cdclake.contracts.watermark import Watermark
+from cdclake.lake.catalog import load_table, table_watermark
+
+OPERATIONS = ("INSERT", "UPDATE", "DELETE")
+Position = tuple[int, tuple[int, ...], str, int]
+"""(commit time in microseconds, ordering value, producer, sequence)."""
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Change:
+    table: str
+    operation: str
+    key: str
+    after: dict[str, Any] | None  # the row as applied; None for a DELETE
+    order: list[int]
+    source: str
+    sequence: int
+    committed_at_us: int
+
+    @property
+    def position(self) -> Position:
+        return (self.committed_at_us, tuple(self.order), self.source, self.sequence)
+
+
+def encode(cursor: Mapping[str, Position]) -> str:
+    raw = json.dumps({t: [p[0], list(p[1]), p[2], p[3]] for t, p in sorted(cursor.items())}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode(text: str) -> dict[str, Position]:
+    """A cursor :func:`encode` made; BadCursor for anything else."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+        out: dict[str, Position] = {}
+        for table, (at, order, source, seq) in data.items():
+            if not (isinstance(at, int) and isinstance(source, str) and isinstance(seq, int)):
+                raise TypeError
+            out[str(table)] = (at, tuple(int(o) for o in order), source, seq)
+        return out
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise BadCursor(f"not a cursor this server gave: {text[:80]!r}") from exc
+
+
+def read_changes(
+    settings: Settings, table: str, after: Position | None, operations: Sequence[str], limit: int
+) -> list[Change]:
+    """Up to ``limit`` visible applied changes of ``table`` after ``after`` (None: from the
+    first), oldest first, of the given operations."""
+    from pyiceberg import expressions
+
+    # pyiceberg's expressions are pydantic models whose generated signatures mypy misreads.
+    ex: Any = expressions
+
+    wm = table_watermark(settings, table)  # first: a run committing meanwhile shows up next time
+    log = load_table(settings, table + CHANGES_SUFFIX)
+    if wm is None or log is None or log.current_snapshot() is None:
+        return []
+    where = ex.EqualTo(h.OUTCOME, "applied")
+    if after is not None:
+        where = ex.And(where, ex.GreaterThanOrEqual(h.COMMITTED_AT, after[0]))
+    rows = log.scan(row_filter=where).to_arrow()
+    changes = [c for c in _changes(table, rows.to_pylist(), wm) if c.operation in operations]
+    changes.sort(key=lambda c: c.position)
+    if after is not None:
+        changes = [c for c in changes if c.position > after]
+    return changes[:limit]
+
+
+def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Change]:
+    out = []
+    data_columns = None
+    for r in rows:
+        if not wm.consumed(r[h.HISTORY_OBJECT] or ""):
+            continue
+        if data_columns is None:
+            data_columns = [c for c in r if c not in h.HISTORY_COLUMNS and c not in h.SYSTEM_COLUMNS]
+        op = str(r[h.OPERATION])
+        at = r[h.COMMITTED_AT]
+        out.append(
+            Change(
+                table,
+                op,
+                str(r[h.KEY]),
+                None if op == "DELETE" else {c: r[c] for c in data_columns},
+                [int(o) for o in (r.get(h.ORDER) or [r[h.SEQ]])],
+                str(r[h.SOURCE]),
+                int(r[h.SEQ]),
+                _micros(at),
+            )
+        )
+    return out
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _micros(at: Any) -> int:
+    if isinstance(at, dt.datetime):
+        aware = at if at.tzinfo is not None else at.replace(tzinfo=dt.UTC)
+        return (aware - _EPOCH) // dt.timedelta(microseconds=1)
+    return int(at)
+
+
+def when(micros: int) -> dt.datetime:
+    """A change's commit time from its microseconds."""
+    return _EPOCH + dt.timedelta(microseconds=micros)

@@ -1,0 +1,113 @@
+"""The applied changes of tables, in commit order, from a resumable cursor
+(:mod:`cdclake.lake.changes` reads them):
+
+GET /v1/changes?tables=a,b&operations=INSERT,UPDATE&since=<cursor>&limit=1000
+    one page: ``{"changes": [...], "cursor": "..."}``; ask again with ``cursor`` for what follows.
+GET /v1/subscribe?tables=a,b&operations=...&since=<cursor>
+    a Server-Sent Events stream of the same changes as they are committed, each event's ``id`` the
+    cursor after it (a client reconnecting sends it back as ``since`` or ``Last-Event-ID``); a
+    comment line every 15 s keeps idle connections open.
+
+Without ``since``, from each table's first change. A change is
+``{table, operation, key, after, order, source, sequence, committedAt, cursor}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from cdclake.lake import changes
+from restcatalog import auth
+from restcatalog.errors import bad_request, forbidden
+from restcatalog.query import jsonable
+from restcatalog.service import Service, run
+
+POLL_S = 0.5  # a commit reaches subscribers within this (plus a read of the history)
+KEEPALIVE_S = 15.0
+MAX_TABLES = 100
+_TABLE = re.compile(r"[^./\\\x00-\x1f\x7f]{1,255}")
+
+
+class Subscription:
+    """What a request asks for, checked: tables (and the right to read them), operations, cursor."""
+
+    def __init__(self, request: Request, svc: Service, client: auth.Client) -> None:
+        q = request.query_params
+        tables = [t.strip().lower() for t in q.get("tables", "").split(",") if t.strip()]
+        if not tables or len(tables) > MAX_TABLES:
+            raise bad_request(f"tables: give 1 to {MAX_TABLES} table names, comma-separated")
+        for t in tables:
+            if not _TABLE.fullmatch(t):
+                raise bad_request(f"tables: {t[:80]!r} is not a table name")
+            if not client.may_read(svc.settings.namespace, t):
+                raise forbidden(f"this client may not read {svc.settings.namespace}.{t}")
+        ops = [o.strip().upper() for o in q.get("operations", ",".join(changes.OPERATIONS)).split(",") if o.strip()]
+        if not ops or set(ops) - set(changes.OPERATIONS):
+            raise bad_request(f"operations: a comma-separated subset of {', '.join(changes.OPERATIONS)}")
+        since = request.headers.get("last-event-id") or q.get("since")
+        try:
+            self.cursor = changes.decode(since) if since else {}
+        except changes.BadCursor as exc:
+            raise bad_request(f"since: {exc}") from None
+        self.tables, self.operations, self.settings = tables, ops, svc.settings
+
+    def page(self, limit: int) -> list[dict[str, Any]]:
+        """The next changes of every table (up to ``limit`` each), the cursor moved past them."""
+        out = []
+        for t in self.tables:
+            for c in changes.read_changes(self.settings, t, self.cursor.get(t), self.operations, limit):
+                self.cursor[t] = c.position
+                out.append(_json(c, changes.encode(self.cursor)))
+        return out
+
+
+def _json(c: changes.Change, cursor: str) -> dict[str, Any]:
+    return {
+        "table": c.table,
+        "operation": c.operation,
+        "key": c.key,
+        "after": jsonable(c.after),
+        "order": c.order,
+        "source": c.source,
+        "sequence": c.sequence,
+        "committedAt": jsonable(changes.when(c.committed_at_us)),
+        "cursor": cursor,
+    }
+
+
+async def get_changes(request: Request, svc: Service) -> Response:
+    sub = Subscription(request, svc, svc.authorize(request, auth.Access.READ))
+    raw = request.query_params.get("limit", "1000")
+    if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+        raise bad_request("limit must be an integer 1..10000")
+    got = await run(sub.page, int(raw))
+    return JSONResponse({"changes": got, "cursor": changes.encode(sub.cursor)})
+
+
+async def subscribe(request: Request, svc: Service) -> Response:
+    sub = Subscription(request, svc, svc.authorize(request, auth.Access.READ))
+
+    async def events() -> AsyncIterator[str]:
+        quiet_since = time.monotonic()
+        while not await request.is_disconnected():
+            got = await run(sub.page, 1000)
+            for ev in got:
+                yield f"id: {ev['cursor']}\nevent: change\ndata: {json.dumps(ev, separators=(',', ':'))}\n\n"
+            if got:
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since > KEEPALIVE_S:
+                quiet_since = time.monotonic()
+                yield ": keep-alive\n\n"
+            await anyio.sleep(POLL_S)
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
