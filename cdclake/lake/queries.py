@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cdclake.contracts.events import CHANGES_SUFFIX, HISTORY_SUFFIX
 from cdclake.contracts.names import quote
-from cdclake.lake.statements import AsOf, QueryError, split_statements, tokens, with_as_of
+from cdclake.lake.statements import AsOf, QueryError, history_sql, split_statements, tokens, with_as_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,6 +153,7 @@ def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
     views), or Refused/Forbidden/TimedOut/QueryError with a one-line reason."""
     statement = check_statement(query.sql)
     spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
+    history_views(spark, statement, lake)
     if query.as_of is not None:
         statement = time_travel(spark, statement, lake, query.as_of, query.params)
     args: Any = query.params
@@ -212,6 +214,17 @@ def time_travel(spark: SparkSession, statement: str, lake: Lake, as_of: AsOf, pa
         source = f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(name)}"
         spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS SELECT * FROM {source} {as_of.clause()}")
     return statement
+
+
+def history_views(spark: SparkSession, statement: str, lake: Lake) -> None:
+    """``<table>__history`` in ``statement``: a temporary view of that table's row history
+    (:func:`cdclake.lake.statements.history_sql`), when the table has a change history."""
+    words = {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
+    for name in sorted(w for w in words if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
+        table = name.removesuffix(HISTORY_SUFFIX)
+        if spark.catalog.tableExists(f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(table + CHANGES_SUFFIX)}"):
+            body = history_sql(lake.catalog, lake.namespace, table)
+            spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS {body}")
 
 
 def collect(spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float) -> pa.Table:

@@ -8,6 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from cdclake.contracts import history as h
+from cdclake.contracts.events import CHANGES_SUFFIX
+from cdclake.contracts.names import quote
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -161,3 +165,19 @@ def with_as_of(statement: str, catalogs: Sequence[str], namespace: str, as_of: A
         if i in after:
             out.append(" " + after[i])
     return "".join(out), read
+
+
+def history_sql(catalog: str, namespace: str, table: str) -> str:
+    """The row history of ``table`` (SCD type 2), from its change history: every applied change
+    with ``_commit_timestamp`` (the run's commit time), ``_cdc_valid_from`` / ``_cdc_valid_to`` (the next
+    change of the key, NULL while current) and ``_cdc_is_current``; a DELETE closes its key. Snapshot
+    expiry does not touch it (the change history's rows stay). The row at T:
+    ``_cdc_valid_from <= T AND (_cdc_valid_to IS NULL OR _cdc_valid_to > T) AND _cdc_operation <> 'DELETE'``."""
+    source = ".".join(quote(p) for p in (catalog, namespace, table + CHANGES_SUFFIX))
+    later = f"PARTITION BY {h.KEY} ORDER BY {h.COMMITTED_AT}, {h.ORDER}, {h.SOURCE}, {h.SEQ}"
+    return (
+        f"SELECT c.*, {h.COMMITTED_AT} AS _commit_timestamp, {h.COMMITTED_AT} AS _cdc_valid_from, "
+        f"lead({h.COMMITTED_AT}) OVER ({later}) AS _cdc_valid_to, "
+        f"lead({h.COMMITTED_AT}) OVER ({later}) IS NULL AND {h.OPERATION} <> 'DELETE' AS _cdc_is_current "
+        f"FROM {source} c WHERE {h.OUTCOME} = 'applied'"
+    )

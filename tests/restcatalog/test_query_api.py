@@ -143,8 +143,9 @@ def api(spark: Any, lake: Lake) -> Iterator[TestClient]:
 
 
 def rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answer's rows as dicts (the history's ``_commit_timestamp`` left out: no table column)."""
     names = [c["name"] for c in answer["columns"]]
-    return [dict(zip(names, r, strict=True)) for r in answer["rows"]]
+    return [{k: v for k, v in zip(names, r, strict=True) if k != "_commit_timestamp"} for r in answer["rows"]]
 
 
 def query(api: TestClient, sql: str, status: int = 200, **body: Any) -> dict[str, Any]:
@@ -360,3 +361,39 @@ def test_lake_client_without_a_server_is_a_retryable_connection_error() -> None:
         with pytest.raises(lakeclient.LakeConnectionError) as err, lakeclient.connect(f"http://127.0.0.1:{port}") as db:
             db.query("SELECT 1")
     assert err.value.retryable and err.value.status == 0
+
+
+@pytest.mark.spark
+def test_row_history_answers_the_row_at_any_time_after_snapshot_expiry(spark: Any, spark_home: Path) -> None:
+    """``<table>__history`` (the query API's view of the change history, SCD type 2): the rows at a
+    time between the two runs equal the reference model's after the first run, also once the
+    snapshots of that time are expired and the table itself can no longer travel there."""
+    old = two_run_lake(spark, spark_home, TABLE)
+    ident = f"{old.ns}.{TABLE}"
+    spark.sql(
+        f"CALL {old.settings.catalog_name}.system.expire_snapshots(table => '{old.settings.namespace}.{TABLE}', "
+        f"older_than => timestamp_millis({old.s2_ms + 1}), retain_last => 1)"
+    )
+    assert [r[0] for r in spark.sql(f"SELECT snapshot_id FROM {ident}.snapshots").collect()] == [old.s2]
+    at_t1 = (
+        f"SELECT * FROM {TABLE}__history WHERE _cdc_valid_from <= timestamp_millis(:t) "
+        "AND (_cdc_valid_to IS NULL OR _cdc_valid_to > timestamp_millis(:t)) AND _cdc_operation <> 'DELETE'"
+    )
+    with TestClient(create_app(old.settings, sessions(spark))) as api:
+        err = query(api, f"SELECT * FROM {TABLE}", 400, asOf=_iso(old.s1_ms + 1))["error"]["message"]
+        assert "has no snapshot at that time" in err  # the table cannot go back there any more
+        then = query(api, at_t1, params={"t": old.s1_ms + 1}, maxRows=10_000)
+        assert not diff(old.expected("first"), rows_by_key(rows(then)))
+        now = query(api, f"SELECT * FROM {TABLE}__history WHERE _cdc_is_current", maxRows=10_000)
+        assert not diff(old.expected(), rows_by_key(rows(now)))
+        stamps = query(api, f"SELECT DISTINCT _commit_timestamp FROM {TABLE}__history", maxRows=10)["rows"]
+        assert len(stamps) == 2  # one per run
+    # The same text in Spark SQL, as README's "Row history" gives it.
+    from cdclake.lake.statements import history_sql
+
+    plain = (
+        spark.sql(history_sql(old.settings.catalog_name, old.settings.namespace, TABLE))
+        .where("_cdc_is_current")
+        .drop("_commit_timestamp")
+    )
+    assert not diff(old.expected(), rows_by_key(plain.collect()))
