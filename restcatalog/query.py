@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import decimal
 import math
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal
@@ -54,21 +55,44 @@ class QueryRequest(BaseModel):
 
 
 def connect_sessions(settings: Settings) -> Sessions | None:
-    """A new Spark Connect session per query on the stack's server; None without one."""
+    """Spark Connect sessions on the stack's server for the queries, one query at a time each;
+    None without a server."""
     if not settings.spark_connect_url:
         return None
+    return SessionPool(settings).session
+
+
+class SessionPool:
+    """Long-lived Spark Connect sessions, each lent to one query at a time (queries.run leaves it
+    as it found it). Not one session per query, stopped after it: pyspark's ``stop()`` shuts a
+    thread pool every Connect session of the process shares, waiting, under a lock, for releases
+    still in flight, and the next query's session blocked on that lock for minutes."""
+
+    def __init__(self, settings: Settings, keep: int = 8) -> None:
+        self.settings, self.keep = settings, keep
+        self._idle: list[SparkSession] = []
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def session() -> Iterator[SparkSession]:
+    def session(self) -> Iterator[SparkSession]:
         from cdclake.lake.spark import connect_session, connect_token
 
-        spark = connect_session(settings.spark_connect_url, connect_token(settings))
+        with self._lock:
+            spark = self._idle.pop() if self._idle else None
+        if spark is None:
+            spark = connect_session(self.settings.spark_connect_url, connect_token(self.settings))
+        reusable = False
         try:
             yield spark
+            reusable = True
+        except Exception as exc:
+            reusable = not engine_failed(exc)  # the statement's error: the session is fine
+            raise
         finally:
-            spark.stop()  # releases the session (its views and settings) on the server
-
-    return session
+            # A session that failed otherwise (the server restarted, say) is dropped, not stopped.
+            with self._lock:
+                if reusable and len(self._idle) < self.keep:
+                    self._idle.append(spark)
 
 
 def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
@@ -86,8 +110,7 @@ def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
     return queries.Query(body.sql, body.params, as_of, body.maxRows, float(body.timeoutS or limit))
 
 
-def lake_for(svc: Service, client: auth.Client) -> queries.Lake:
-    settings = svc.settings
+def lake_for(settings: Settings, client: auth.Client) -> queries.Lake:
 
     def snapshot_at(table: str, as_of: AsOf) -> int | None:
         from cdclake.lake.catalog import load_table
@@ -110,7 +133,7 @@ async def post_query(request: Request, svc: Service) -> Response:
     query = query_of(body, svc.settings)
     if svc.query_sessions is None:
         raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
-    sessions, lake = svc.query_sessions, lake_for(svc, client)
+    sessions, lake = svc.query_sessions, lake_for(svc.settings, client)
 
     def answer() -> queries.Answer:
         with sessions() as spark:
@@ -149,10 +172,15 @@ def spark_error(exc: Exception) -> Exception:
     if not isinstance(exc, PySparkException):
         return exc
     line = queries.error_line(exc)
-    status = getattr(exc, "getGrpcStatusCode", None)  # Spark Connect's own failures, not the statement's
-    if status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
+    if engine_failed(exc):
         return IcebergError(503, "ServiceUnavailableException", f"the query engine is not reachable: {line}")
     return bad_request(line)
+
+
+def engine_failed(exc: BaseException) -> bool:
+    """Spark Connect itself failed (unreachable, restarted), not the statement."""
+    status = getattr(exc, "getGrpcStatusCode", None)
+    return status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 
 def arrow_stream(table: pa.Table) -> bytes:

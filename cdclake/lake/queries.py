@@ -149,19 +149,25 @@ class Lake:
 
 
 def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
-    """``query`` on ``spark`` (a session of its own: this sets its current namespace and temporary
-    views), or Refused/Forbidden/TimedOut/QueryError with a one-line reason."""
+    """``query`` on ``spark``, or Refused/Forbidden/TimedOut/QueryError with a one-line reason.
+    It sets the session's current namespace and drops the temporary views it made before it
+    returns: the session can answer the next query (restcatalog.query keeps a pool of them)."""
     statement = check_statement(query.sql)
     spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
-    history_views(spark, statement, lake)
-    if query.as_of is not None:
-        statement = time_travel(spark, statement, lake, query.as_of, query.params)
-    args: Any = query.params
-    explained = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-    plan = str(explained[0]) if explained else ""
-    scans = check_plan(plan, lake, query.as_of)
-    df = spark.sql(statement, args=args).limit(query.max_rows + 1)
-    table = collect(spark, df.toArrow, query.timeout_s)
+    views: list[str] = []
+    try:
+        views += history_views(spark, statement, lake)
+        if query.as_of is not None:
+            statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
+        args: Any = query.params
+        explained = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
+        plan = str(explained[0]) if explained else ""
+        scans = check_plan(plan, lake, query.as_of)
+        df = spark.sql(statement, args=args).limit(query.max_rows + 1)
+        table = collect(spark, df.toArrow, query.timeout_s)
+    finally:
+        for name in views:
+            spark.catalog.dropTempView(name)
     truncated = table.num_rows > query.max_rows
     return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
 
@@ -193,7 +199,9 @@ def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:
     return scans
 
 
-def time_travel(spark: SparkSession, statement: str, lake: Lake, as_of: AsOf, params: Any = ()) -> str:
+def time_travel(
+    spark: SparkSession, statement: str, lake: Lake, as_of: AsOf, params: Any = (), views: list[str] | None = None
+) -> str:
     """``statement`` asking for ``as_of``: the clause after each fully qualified table, and each
     one-part name of a table a temporary view of it at that time (views come first when Spark
     resolves a one-part name; a text parameter may name one too, through ``IDENTIFIER(:p)``).
@@ -213,18 +221,24 @@ def time_travel(spark: SparkSession, statement: str, lake: Lake, as_of: AsOf, pa
             continue  # nothing to read then: if the query reads it, check_plan says so
         source = f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(name)}"
         spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS SELECT * FROM {source} {as_of.clause()}")
+        if views is not None:
+            views.append(name)
     return statement
 
 
-def history_views(spark: SparkSession, statement: str, lake: Lake) -> None:
+def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
     """``<table>__history`` in ``statement``: a temporary view of that table's row history
-    (:func:`cdclake.lake.statements.history_sql`), when the table has a change history."""
+    (:func:`cdclake.lake.statements.history_sql`), when the table has a change history. The
+    views made."""
+    made = []
     words = {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
     for name in sorted(w for w in words if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
         table = name.removesuffix(HISTORY_SUFFIX)
         if spark.catalog.tableExists(f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(table + CHANGES_SUFFIX)}"):
             body = history_sql(lake.catalog, lake.namespace, table)
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS {body}")
+            made.append(name)
+    return made
 
 
 def collect(spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float) -> pa.Table:

@@ -224,6 +224,27 @@ def test_what_a_statement_may_not_read_or_call_is_refused(api: TestClient, sql: 
 
 
 @pytest.mark.spark
+def test_a_session_answers_the_next_query_as_it_found_it(spark: Any, lake: Lake) -> None:
+    """The server lends each of its Spark Connect sessions to one query after another: a query
+    leaves no temporary view behind, whether it was answered or refused."""
+    from cdclake.lake.statements import AsOf
+    from restcatalog.query import lake_for
+
+    session, where = spark.newSession(), lake_for(lake.settings, auth.ANYONE)
+    got = queries.run(session, queries.Query(f"SELECT * FROM {TABLE}__history", as_of=None), where)
+    assert got.table.num_rows > 0
+    then = queries.run(session, queries.Query(f"SELECT * FROM {TABLE}", as_of=AsOf(lake.s1)), where)
+    assert not diff(lake.expected("first"), rows_by_key(then.table.to_pylist()))
+    with pytest.raises(queries.Refused):
+        queries.run(
+            session, queries.Query(f"SELECT * FROM {lake.settings.namespace}.{TABLE}", as_of=AsOf(lake.s1)), where
+        )
+    assert [t.name for t in session.catalog.listTables() if t.isTemporary] == []
+    now = queries.run(session, queries.Query(f"SELECT * FROM {TABLE}"), where)
+    assert not diff(lake.expected(), rows_by_key(now.table.to_pylist()))
+
+
+@pytest.mark.spark
 def test_max_rows_truncates_and_arrow_carries_the_same_rows(api: TestClient, lake: Lake) -> None:
     n = len(lake.expected())
     got = query(api, f"SELECT _cdc_row_id FROM {TABLE} ORDER BY _cdc_row_id", maxRows=3)
