@@ -3,8 +3,8 @@ or as an Arrow IPC stream (:mod:`cdclake.lake.queries` decides what may run).
 
 It lives in the REST catalog's server: one front door and one token scheme (the catalog's
 clients, with their ``tables`` patterns) for the engines that read the files themselves and for
-the applications that only send SQL. Spark is the engine: each request gets its own Spark Connect
-session on the stack's server (``CDCLAKE_SPARK_CONNECT_URL``), released when it is answered.
+the applications that only send SQL. Spark is the engine: the queries borrow sessions of the
+stack's Spark Connect server (``CDCLAKE_SPARK_CONNECT_URL``) from a pool, one query at a time each.
 """
 
 from __future__ import annotations
