@@ -115,10 +115,7 @@ class Lake:
     ) -> Result:
         """Rows of one read-only statement; ``as_of`` (a snapshot id, or an ISO 8601 time) reads
         every table as of then."""
-        got = self._post(_body(sql, params, as_of, max_rows, timeout_s, "json")).json()
-        names = [c["name"] for c in got["columns"]]
-        rows = [dict(zip(names, r, strict=True)) for r in got["rows"]]
-        return Result(got["columns"], rows, bool(got["truncated"]), got.get("snapshots", []))
+        return result(self._post(body(sql, params, as_of, max_rows, timeout_s, "json")).json())
 
     def query_arrow(
         self,
@@ -131,7 +128,7 @@ class Lake:
         """The same, as a ``pyarrow.Table`` with Spark's types (needs pyarrow)."""
         import pyarrow.ipc
 
-        r = self._post(_body(sql, params, as_of, max_rows, timeout_s, "arrow"))
+        r = self._post(body(sql, params, as_of, max_rows, timeout_s, "arrow"))
         return pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all()
 
     def changes(
@@ -143,7 +140,7 @@ class Lake:
     ) -> tuple[list[dict[str, Any]], str]:
         """One page of applied changes after ``since`` (None: from the first), in commit order,
         and the cursor to ask for the next page with."""
-        params = self._subscription(tables, operations) | {"limit": str(limit), **({"since": since} if since else {})}
+        params = subscription(tables, operations) | {"limit": str(limit), **({"since": since} if since else {})}
         r = self._get("/v1/changes", params)
         got = r.json()
         return list(got["changes"]), str(got["cursor"])
@@ -159,7 +156,7 @@ class Lake:
         (``GET /v1/subscribe``, Server-Sent Events). A dropped connection is resumed from the last
         change delivered, so none is missed or repeated; each change carries its ``cursor``, the
         ``since`` to start again from after it."""
-        params = self._subscription(tables, operations)
+        params = subscription(tables, operations)
         cursor = since
         while True:
             headers = {**self._headers(), **({"Last-Event-ID": cursor} if cursor else {})}
@@ -172,19 +169,14 @@ class Lake:
                         continue
                     if r.status_code >= 400:
                         r.read()
-                        raise _error(r)
+                        raise error_of(r)
                     for line in r.iter_lines():
-                        if line.startswith("data: "):
-                            change = json.loads(line[6:])
+                        if (change := sse_change(line)) is not None:
                             cursor = change["cursor"]
                             yield change
             except httpx.TransportError:
                 pass  # resumed below from the last change delivered
             time.sleep(reconnect_s)
-
-    @staticmethod
-    def _subscription(tables: Sequence[str], operations: Sequence[str] | None) -> dict[str, str]:
-        return {"tables": ",".join(tables), **({"operations": ",".join(operations)} if operations else {})}
 
     def _get(self, path: str, params: dict[str, str]) -> httpx.Response:
         try:
@@ -195,7 +187,7 @@ class Lake:
         except httpx.TransportError as exc:
             raise LakeConnectionError(f"{self._http.base_url}: {exc}") from None
         if r.status_code >= 400:
-            raise _error(r)
+            raise error_of(r)
         return r
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
@@ -204,7 +196,7 @@ class Lake:
             self._token = None  # an issued token expires, or the server restarted: fetch another
             r = self._send(body)
         if r.status_code >= 400:
-            raise _error(r)
+            raise error_of(r)
         return r
 
     def _send(self, body: dict[str, Any]) -> httpx.Response:
@@ -215,14 +207,12 @@ class Lake:
 
     def _headers(self) -> dict[str, str]:
         if self._token is None and self._credential:
-            client_id, _, secret = self._credential.partition(":")
-            form = {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
             try:
-                r = self._http.post("/v1/oauth/tokens", data=form)
+                r = self._http.post("/v1/oauth/tokens", data=token_form(self._credential))
             except httpx.TransportError as exc:
                 raise LakeConnectionError(f"{self._http.base_url}: {exc}") from None
             if r.status_code != 200:
-                raise _error(r)
+                raise error_of(r)
             self._token = str(r.json()["access_token"])
         return {"Authorization": f"Bearer {self._token}"} if self._token else {}
 
@@ -234,7 +224,27 @@ def connect(url: str, token: str | None = None, credential: str | None = None, t
     return Lake(url, token, credential, timeout)
 
 
-def _body(
+def result(got: dict[str, Any]) -> Result:
+    names = [c["name"] for c in got["columns"]]
+    rows = [dict(zip(names, r, strict=True)) for r in got["rows"]]
+    return Result(got["columns"], rows, bool(got["truncated"]), got.get("snapshots", []))
+
+
+def subscription(tables: Sequence[str], operations: Sequence[str] | None) -> dict[str, str]:
+    return {"tables": ",".join(tables), **({"operations": ",".join(operations)} if operations else {})}
+
+
+def sse_change(line: str) -> dict[str, Any] | None:
+    """The change a Server-Sent Events ``data:`` line carries; None for any other line."""
+    return json.loads(line[6:]) if line.startswith("data: ") else None
+
+
+def token_form(credential: str) -> dict[str, str]:
+    client_id, _, secret = credential.partition(":")
+    return {"grant_type": "client_credentials", "client_id": client_id, "client_secret": secret}
+
+
+def body(
     sql: str,
     params: Mapping[str, Scalar] | Sequence[Scalar] | None,
     as_of: str | int | None,
@@ -252,7 +262,7 @@ def _body(
     return body
 
 
-def _error(r: httpx.Response) -> LakeError:
+def error_of(r: httpx.Response) -> LakeError:
     try:
         err = r.json()["error"]
         message, kind = str(err["message"]), str(err.get("type", ""))

@@ -211,3 +211,62 @@ def test_lake_client_subscribe_resumes_after_a_dropped_connection_from_the_last_
             break
     assert got == ["1", "2", "3"]
     assert seen[:2] == [{"last": "", "tables": "orders,customers"}, {"last": "c2", "tables": "orders,customers"}]
+
+
+def test_async_lake_client_queries_resumes_its_stream_and_refreshes_its_token() -> None:
+    """cdclake.client.lake_async against a scripted server: a token fetched from the credential
+    and fetched again after a 401, a query's rows, a refusal as QueryRefused, and a stream that
+    breaks after two changes resumed from the second one's cursor."""
+    import asyncio
+
+    from cdclake.client import lake as lakeclient
+    from cdclake.client import lake_async
+
+    def event(n: int) -> bytes:
+        return f'id: c{n}\nevent: change\ndata: {{"key": "{n}", "cursor": "c{n}"}}\n\n'.encode()
+
+    class Breaks(httpx.AsyncByteStream):
+        async def __aiter__(self) -> Any:
+            yield event(1) + event(2)
+            raise httpx.ReadError("connection reset")
+
+    tokens = iter(["t1", "t2"])
+    seen: list[tuple[str, str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        auth = request.headers.get("authorization", "")
+        seen.append((request.method, request.url.path, request.headers.get("last-event-id", "")))
+        if request.url.path == "/v1/oauth/tokens":
+            assert b"client_id=app" in request.content and b"client_secret=s3cret" in request.content
+            return httpx.Response(200, json={"access_token": next(tokens), "token_type": "bearer"})
+        if auth == "Bearer t1" and request.url.path == "/v1/query" and len(seen) > 3:
+            return httpx.Response(401, json={"error": {"message": "expired", "type": "NotAuthorizedException"}})
+        if request.url.path == "/v1/query":
+            sql = json.loads(request.content)["sql"]
+            if sql.startswith("DROP"):
+                return httpx.Response(400, json={"error": {"message": "not DROP statement", "type": "Bad"}})
+            answer = {"columns": [{"name": "n", "type": "int64"}], "rows": [[3]], "truncated": False, "snapshots": []}
+            return httpx.Response(200, json=answer)
+        sse = {"content-type": "text/event-stream"}
+        if request.headers.get("last-event-id") != "c2":
+            return httpx.Response(200, headers=sse, stream=Breaks())
+        return httpx.Response(200, headers=sse, content=event(3))
+
+    async def scenario() -> tuple[list[dict[str, Any]], list[str]]:
+        http = httpx.AsyncClient(base_url="http://lake", transport=httpx.MockTransport(handler))
+        async with lake_async.AsyncLake("http://lake", credential="app:s3cret", http=http) as db:
+            first = (await db.query("SELECT count(*) AS n FROM orders")).rows
+            with pytest.raises(lakeclient.QueryRefused, match="not DROP statement"):
+                await db.query("DROP TABLE orders")
+            again = (await db.query("SELECT count(*) AS n FROM orders")).rows  # t1 refused: t2
+            keys = []
+            async for change in db.subscribe(["orders"], reconnect_s=0):
+                keys.append(change["key"])
+                if len(keys) == 3:
+                    break
+        return first + again, keys
+
+    rows, keys = asyncio.run(scenario())
+    assert rows == [{"n": 3}, {"n": 3}] and keys == ["1", "2", "3"]
+    assert [p for m, p, _ in seen].count("/v1/oauth/tokens") == 2
+    assert [last for _, p, last in seen if p == "/v1/subscribe"] == ["", "c2"]
