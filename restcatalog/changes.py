@@ -15,7 +15,6 @@ Without ``since``, from each table's first change. A change is
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,15 +24,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from cdclake.lake import changes
-from restcatalog import auth
-from restcatalog.errors import bad_request, forbidden
+from restcatalog import auth, names
+from restcatalog.errors import IcebergError, bad_request, forbidden
 from restcatalog.query import jsonable
 from restcatalog.service import Service, run
 
 POLL_S = 0.5  # a commit reaches subscribers within this (plus a read of the history)
 KEEPALIVE_S = 15.0
 MAX_TABLES = 100
-_TABLE = re.compile(r"[^./\\\x00-\x1f\x7f]{1,255}")
 
 
 class Subscription:
@@ -45,8 +43,10 @@ class Subscription:
         if not tables or len(tables) > MAX_TABLES:
             raise bad_request(f"tables: give 1 to {MAX_TABLES} table names, comma-separated")
         for t in tables:
-            if not _TABLE.fullmatch(t):
-                raise bad_request(f"tables: {t[:80]!r} is not a table name")
+            try:
+                names.table(t)  # the rule the catalog's table routes apply
+            except IcebergError:
+                raise bad_request(f"tables: {t[:80]!r} is not a table name") from None
             if not client.may_read(svc.settings.namespace, t):
                 raise forbidden(f"this client may not read {svc.settings.namespace}.{t}")
         ops = [o.strip().upper() for o in q.get("operations", ",".join(changes.OPERATIONS)).split(",") if o.strip()]

@@ -18,6 +18,8 @@ pyspark and pyarrow are imported by the callers' sessions; this module needs nei
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import re
 import threading
@@ -153,6 +155,8 @@ def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
     It sets the session's current namespace and drops the temporary views it made before it
     returns: the session can answer the next query (restcatalog.query keeps a pool of them)."""
     statement = check_statement(query.sql)
+    # time_travel and check_plan both ask for a table's snapshot then: one catalog load each.
+    lake = dataclasses.replace(lake, snapshot_at=functools.cache(lake.snapshot_at))
     spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
     views: list[str] = []
     try:
@@ -213,7 +217,7 @@ def time_travel(
             raise
     shown = spark.sql(f"SHOW TABLES IN {quote(lake.catalog)}.{quote(lake.namespace)}").collect()
     names = {str(r["tableName"]).lower() for r in shown}
-    words = {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
+    words = names_in(statement)
     values = params.values() if isinstance(params, Mapping) else params
     words |= {v.lower() for v in values if isinstance(v, str)}
     for name in sorted(words & names):
@@ -231,14 +235,18 @@ def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
     (:func:`cdclake.lake.statements.history_sql`), when the table has a change history. The
     views made."""
     made = []
-    words = {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
-    for name in sorted(w for w in words if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
+    for name in sorted(w for w in names_in(statement) if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
         table = name.removesuffix(HISTORY_SUFFIX)
         if spark.catalog.tableExists(f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(table + CHANGES_SUFFIX)}"):
             body = history_sql(lake.catalog, lake.namespace, table)
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS {body}")
             made.append(name)
     return made
+
+
+def names_in(statement: str) -> set[str]:
+    """Every word and quoted name of ``statement``, lower-cased: what may name a table."""
+    return {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
 
 
 def collect(spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float) -> pa.Table:

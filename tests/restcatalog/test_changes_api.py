@@ -270,3 +270,18 @@ def test_async_lake_client_queries_resumes_its_stream_and_refreshes_its_token() 
     assert rows == [{"n": 3}, {"n": 3}] and keys == ["1", "2", "3"]
     assert [p for m, p, _ in seen].count("/v1/oauth/tokens") == 2
     assert [last for _, p, last in seen if p == "/v1/subscribe"] == ["", "c2"]
+
+
+def test_the_feed_needs_the_right_to_read_each_table(tmp_path: Path) -> None:
+    from tests.support import make_settings
+
+    f = tmp_path / "tokens.toml"
+    f.write_text('[[client]]\nid = "app"\naccess = "read"\ntoken = "t-app"\ntables = ["cdc.customers"]\n')
+    settings = make_settings(tmp_path, rest_tokens_file=f)
+    with TestClient(create_app(settings)) as api:
+        app = {"Authorization": "Bearer t-app"}
+        assert api.get("/v1/changes", params={"tables": "customers"}).status_code == 401
+        assert api.get("/v1/changes", params={"tables": "customers"}, headers=app).status_code == 200
+        r = api.get("/v1/changes", params={"tables": "customers,orders"}, headers=app)
+        assert r.status_code == 403 and "may not read cdc.orders" in r.text
+        assert api.get("/v1/subscribe", params={"tables": "orders"}, headers=app).status_code == 403
