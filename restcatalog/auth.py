@@ -6,9 +6,13 @@
     secret_sha256 = "9f86d0..."       # OAuth2 client_credentials (``credential=spark:<secret>``),
                                       # or secret = "..." (hash preferred: the file is no secret then)
     token_sha256 = "..."              # and/or a static bearer token (or token = "...")
-    tables = ["cdc.orders", "cdc.*"]  # optional: what the query API lets it read (default ["*"])
+    tables = ["cdc.orders", "cdc.*"]  # optional: the tables it may read, and write if "write" (default ["*"])
 
 Without a file every request is allowed (the server then listens on loopback only).
+
+``tables`` limits every route: the Iceberg REST routes (:mod:`restcatalog.rights`: a table outside
+the patterns answers as a missing one), the query API and the change feed. There is no separate
+list of tables to write: a write client writes the tables it may read.
 
 ``POST /v1/oauth/tokens`` trades a client's id and secret for an access token: an HMAC-signed
 ``id, access, expiry`` under a key made at start-up, so tokens need no storage; a restart
@@ -29,6 +33,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from restcatalog import patterns
+
 
 class TokensFileError(ValueError):
     pass
@@ -44,12 +50,25 @@ class Client:
     id: str
     access: Access
     tables: tuple[str, ...] = ("*",)
-    """``namespace.table`` patterns (``*`` and ``?`` wildcards, case-insensitive) the query API
-    lets this client read."""
+    """``namespace.table`` patterns (``*`` and ``?`` wildcards, case-insensitive): the tables this
+    client may read, and with write access create, commit to, rename and drop."""
 
     def may_read(self, namespace: str, table: str) -> bool:
         name = f"{namespace}.{table}".lower()
         return any(fnmatch.fnmatchcase(name, p.lower()) for p in self.tables)
+
+    def may_see_namespace(self, namespace: tuple[str, ...]) -> bool:
+        """Whether the patterns may cover a table in ``namespace`` or below it. Decided on the
+        names alone, never on what the catalog holds: which namespaces a client is shown tells it
+        nothing about tables it may not read."""
+        prefix = ".".join(namespace) + "."
+        return any(patterns.some_after(p, prefix) for p in self.tables)
+
+    def may_change_namespace(self, namespace: tuple[str, ...]) -> bool:
+        """Whether the patterns cover every table in ``namespace`` and below (``ns.*``, ``*``):
+        dropping it or changing its properties touches tables the client could not see else."""
+        prefix = ".".join(namespace) + "."
+        return any(patterns.all_after(p, prefix) for p in self.tables)
 
 
 ANYONE = Client("anyone", Access.WRITE)

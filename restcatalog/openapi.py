@@ -4,6 +4,11 @@ The Iceberg REST spec is the contract; this document describes the subset served
 two partition listings, the query API and the change feed it adds), with request bodies from the
 models the handlers parse with, so it cannot drift from validation. Schema-driven fuzzing
 (tests/receiver/test_schemathesis.py) reads it.
+
+A client's ``tables`` patterns (restcatalog/rights.py) add 403s where the answer may not depend on
+what exists: creating a table outside them (or renaming one onto such a name), changing a
+namespace they do not wholly cover. Any other request naming a table outside them answers the 404
+of a missing one.
 """
 
 from __future__ import annotations
@@ -114,18 +119,21 @@ def document() -> dict[str, Any]:
             },
             "/v1/namespaces": {
                 "get": {"parameters": [_param("parent"), *page], "responses": _answers("200", "400", "404")},
-                "post": {"requestBody": _body("CreateNamespaceRequest"), "responses": _answers("200", "400", "409")},
+                "post": {
+                    "requestBody": _body("CreateNamespaceRequest"),
+                    "responses": _answers("200", "400", "403", "409"),
+                },
             },
             "/v1/namespaces/{namespace}": {
                 "get": {"parameters": [ns], "responses": _answers("200", "400", "404")},
                 "head": {"parameters": [ns], "responses": _answers("204", "400", "404")},
-                "delete": {"parameters": [ns], "responses": _answers("204", "400", "404", "409")},
+                "delete": {"parameters": [ns], "responses": _answers("204", "400", "403", "404", "409")},
             },
             "/v1/namespaces/{namespace}/properties": {
                 "post": {
                     "parameters": [ns],
                     "requestBody": _body("UpdateNamespacePropertiesRequest"),
-                    "responses": _answers("200", "400", "404", "422"),
+                    "responses": _answers("200", "400", "403", "404", "422"),
                 }
             },
             "/v1/namespaces/{namespace}/tables": {
@@ -133,14 +141,14 @@ def document() -> dict[str, Any]:
                 "post": {
                     "parameters": [ns],
                     "requestBody": _body("CreateTableRequest"),
-                    "responses": _answers("200", "400", "404", "409"),
+                    "responses": _answers("200", "400", "403", "404", "409"),
                 },
             },
             "/v1/namespaces/{namespace}/register": {
                 "post": {
                     "parameters": [ns],
                     "requestBody": _body("RegisterTableRequest"),
-                    "responses": _answers("200", "400", "404", "409"),
+                    "responses": _answers("200", "400", "403", "404", "409"),
                 }
             },
             t_path: {
@@ -163,7 +171,7 @@ def document() -> dict[str, Any]:
                 "post": {
                     "parameters": [ns, table],
                     "requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}},
-                    "responses": _answers("204", "400"),
+                    "responses": _answers("204", "400", "404"),
                 }
             },
             t_path + "/partitions": {
@@ -173,7 +181,10 @@ def document() -> dict[str, Any]:
                 "get": {"parameters": [ns, table, _param("snapshot-id")], "responses": _answers("200", "400", "404")}
             },
             "/v1/tables/rename": {
-                "post": {"requestBody": _body("RenameTableRequest"), "responses": _answers("204", "400", "404", "409")}
+                "post": {
+                    "requestBody": _body("RenameTableRequest"),
+                    "responses": _answers("204", "400", "403", "404", "409"),
+                }
             },
             "/v1/transactions/commit": {
                 "post": {

@@ -142,13 +142,16 @@ def receiver(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         yield schema, url, headers, settings
 
 
-@pytest.fixture(scope="module")
-def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@pytest.fixture(scope="module", params=["all", "scoped"])
+def rest(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A write client of every table, and one whose ``tables`` patterns cover some names only
+    (the rights checks of restcatalog/rights.py on the fuzzed names)."""
     from restcatalog.app import create_app
 
-    home = tmp_path_factory.mktemp("schemathesis-rest")
+    home = tmp_path_factory.mktemp(f"schemathesis-rest-{request.param}")
     tokens = home / "rest-tokens.toml"
-    tokens.write_text(f'[[client]]\nid = "w"\naccess = "write"\nsecret = "s"\ntoken = "{REST_TOKEN}"\n')
+    scoped = 'tables = ["a*.*", "*.?", "n[0-9]*.t*"]\n' if request.param == "scoped" else ""
+    tokens.write_text(f'[[client]]\nid = "w"\naccess = "write"\nsecret = "s"\ntoken = "{REST_TOKEN}"\n{scoped}')
     settings = make_settings(home, rest_tokens_file=tokens)
     with serve_app(create_app(settings), log_level="critical") as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json")

@@ -1,0 +1,313 @@
+"""A client's ``tables`` patterns on the Iceberg REST routes (restcatalog/rights.py): every table
+route over a table the patterns cover, one they do not cover that exists, and one that is
+missing, for a restricted client and for one without ``tables``. A table outside the patterns
+answers byte for byte what the same request answers once it is gone, and what an unrestricted
+client hears of a missing table; list-tables and list-namespaces leave out what the client may
+not see; pyiceberg's RestCatalog with the restricted credential reads the table it may and gets
+NoSuchTableError for the other."""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from starlette.testclient import TestClient
+
+from cdclake.config.settings import Settings
+from restcatalog import auth, patterns
+from restcatalog.app import create_app
+from tests.support import make_settings
+from tests.support.rest import SCHEMA, TOKENS, W, err, make_table, rest_catalog, serve
+
+SCOPED_TOKENS = """
+[[client]]
+id = "scoped"
+access = "write"
+secret = "ssecret"
+token = "static-scoped"
+tables = ["cdc.allowed*", "sales.*", "a.b.t"]
+"""
+S = {"Authorization": "Bearer static-scoped"}
+
+
+def rights_settings(home: Path) -> Settings:
+    path = home / "rest-tokens.toml"
+    home.mkdir(parents=True, exist_ok=True)
+    path.write_text(TOKENS + SCOPED_TOKENS)
+    return make_settings(home, rest_tokens_file=path)
+
+
+@pytest.fixture()
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(rights_settings(tmp_path))) as c:
+        for name in ("allowed", "allowed_tx", "secret"):
+            make_table(c, "cdc", name)
+        yield c
+
+
+def answer(r: httpx.Response) -> tuple[int, dict[str, str], bytes]:
+    return r.status_code, dict(r.headers), r.content
+
+
+def location(c: TestClient, name: str) -> str | None:
+    r = c.get(f"/v1/namespaces/cdc/tables/{name}", headers=W)
+    return str(r.json()["metadata-location"]) if r.status_code == 200 else None
+
+
+# -- every table route
+
+Send = Callable[[TestClient, dict[str, str], str], httpx.Response]
+T = "/v1/namespaces/cdc/tables/"
+PROPS = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "v"}}]}
+_fresh = itertools.count()
+
+
+def _change(name: str, **extra: Any) -> dict[str, Any]:
+    return {"identifier": {"namespace": ["cdc"], "name": name}, **PROPS, **extra}
+
+
+def _transaction(c: TestClient, h: dict[str, str], t: str, first: dict[str, Any]) -> Any:
+    return c.post("/v1/transactions/commit", json={"table-changes": [first, _change(t)]}, headers=h)
+
+
+def _register(c: TestClient, h: dict[str, str], t: str) -> Any:
+    loc = location(c, "allowed")
+    return c.post("/v1/namespaces/cdc/register", json={"name": t, "metadata-location": loc}, headers=h)
+
+
+def _rename(c: TestClient, h: dict[str, str], src: str, dst: str) -> Any:
+    body = {"source": {"namespace": ["cdc"], "name": src}, "destination": {"namespace": ["cdc"], "name": dst}}
+    return c.post("/v1/tables/rename", json=body, headers=h)
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    send: Send
+    ok: int
+    creates: bool = False
+    """Names a table to create: a name outside the patterns is a 403 (exists or not), and the
+    allowed case is a new name."""
+
+
+ROUTES = [
+    Route("load", lambda c, h, t: c.get(T + t, headers=h), 200),
+    Route("load refs", lambda c, h, t: c.get(T + t, params={"snapshots": "refs"}, headers=h), 200),
+    Route("exists", lambda c, h, t: c.head(T + t, headers=h), 204),
+    Route("metrics", lambda c, h, t: c.post(T + t + "/metrics", json={"report-type": "scan-report"}, headers=h), 204),
+    Route("partitions", lambda c, h, t: c.get(T + t + "/partitions", headers=h), 200),
+    Route("partition stats", lambda c, h, t: c.get(T + t + "/partition-stats", headers=h), 200),
+    Route("commit", lambda c, h, t: c.post(T + t, json=PROPS, headers=h), 200),
+    Route("transaction", lambda c, h, t: _transaction(c, h, t, _change("allowed_tx")), 204),
+    Route("drop", lambda c, h, t: c.delete(T + t, headers=h), 204),
+    Route("drop purge", lambda c, h, t: c.delete(T + t, params={"purgeRequested": "true"}, headers=h), 204),
+    Route("rename from", lambda c, h, t: _rename(c, h, t, f"allowed_{next(_fresh)}"), 204),
+    Route("create", lambda c, h, t: c.post(T[:-1], json={"name": t, "schema": SCHEMA}, headers=h), 200, True),
+    Route(
+        "stage create",
+        lambda c, h, t: c.post(T[:-1], json={"name": t, "schema": SCHEMA, "stage-create": True}, headers=h),
+        200,
+        True,
+    ),
+    Route("register", _register, 200, True),
+    Route("rename to", lambda c, h, t: _rename(c, h, "allowed", t), 204, True),
+]
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[r.name for r in ROUTES])
+def test_a_table_outside_the_patterns_answers_as_a_missing_one(client: TestClient, route: Route) -> None:
+    c = client
+    before = location(c, "secret")
+    hidden = route.send(c, S, "secret")
+    assert location(c, "secret") == before, "the refused request changed the table"
+    # The unrestricted client (no `tables` key) reaches the same table.
+    assert route.send(c, W, "secret").status_code == (409 if route.creates else route.ok)
+    if location(c, "secret") is not None:
+        assert c.delete(T + "secret", headers=W).status_code == 204
+    gone = route.send(c, S, "secret")
+    assert answer(hidden) == answer(gone)
+    if route.creates:
+        assert hidden.status_code == 403 and err(hidden)["type"] == "ForbiddenException"
+    else:
+        assert hidden.status_code == 404
+        if route.name != "exists":
+            assert err(hidden) == {"message": err(hidden)["message"], "type": "NoSuchTableException", "code": 404}
+        # ... and what an unrestricted client hears of a missing table, word for word.
+        assert answer(hidden) == answer(route.send(c, W, "secret"))
+        missing = route.send(c, S, "missing")
+        assert missing.status_code == hidden.status_code
+        assert missing.content == hidden.content.replace(b"secret", b"missing")
+    # The table the patterns cover.
+    ok = route.send(c, S, "allowed_new" if route.creates else "allowed")
+    assert ok.status_code == route.ok, ok.text
+
+
+def test_a_transaction_with_a_hidden_table_lands_nothing(client: TestClient) -> None:
+    """Refused whole, and where a missing table is refused: an earlier table's failed requirement
+    answers first, for a hidden table as for a missing one."""
+    before = location(client, "allowed_tx")
+    r = _transaction(client, S, "secret", _change("allowed_tx"))
+    assert r.status_code == 404 and err(r)["type"] == "NoSuchTableException"
+    assert location(client, "allowed_tx") == before
+    stale = _change(
+        "allowed_tx", requirements=[{"type": "assert-table-uuid", "uuid": "00000000-0000-0000-0000-000000000000"}]
+    )
+    hidden = _transaction(client, S, "secret", stale)
+    assert hidden.status_code == 409 and err(hidden)["type"] == "CommitFailedException"
+    assert client.delete(T + "secret", headers=W).status_code == 204
+    assert answer(hidden) == answer(_transaction(client, S, "secret", stale))
+
+
+def test_list_tables_shows_only_the_tables_of_the_patterns(client: TestClient) -> None:
+    make_table(client, "cdc", "zz")
+
+    def names(h: dict[str, str], **q: int) -> tuple[list[str], str | None]:
+        body = client.get(T[:-1], params=q, headers=h).json()
+        return [i["name"] for i in body["identifiers"]], body["next-page-token"]
+
+    assert names(S) == (["allowed", "allowed_tx"], None)
+    assert names(W) == (["allowed", "allowed_tx", "secret", "zz"], None)
+    # Pages are of what the client sees: no token to a page of nothing but hidden tables.
+    assert names(S, pageSize=2) == (["allowed", "allowed_tx"], None)
+    assert names(W, pageSize=2) == (["allowed", "allowed_tx"], "2")
+
+
+# -- namespaces
+
+
+@pytest.fixture()
+def spaces(client: TestClient) -> TestClient:
+    for ns in (["sales"], ["sales", "eu"], ["hidden"], ["a"], ["a", "b"], ["a", "c"]):
+        assert client.post("/v1/namespaces", json={"namespace": ns}, headers=W).status_code == 200
+    make_table(client, "hidden", "t")
+    return client
+
+
+def _drop_hidden(c: TestClient) -> None:
+    assert c.delete("/v1/namespaces/hidden/tables/t", headers=W).status_code == 204
+    assert c.delete("/v1/namespaces/hidden", headers=W).status_code == 204
+
+
+def _listing(c: TestClient, h: dict[str, str], **params: str) -> list[list[str]]:
+    r = c.get("/v1/namespaces", params=params, headers=h)
+    assert r.status_code == 200, r.text
+    return list(r.json()["namespaces"])
+
+
+def test_namespaces_seen_are_those_the_patterns_may_cover(spaces: TestClient) -> None:
+    c = spaces
+    assert _listing(c, S) == [["a"], ["cdc"], ["sales"]]
+    assert _listing(c, W) == [["a"], ["cdc"], ["hidden"], ["sales"]]
+    assert _listing(c, S, parent="a") == [["a", "b"]]
+    assert _listing(c, W, parent="a") == [["a", "b"], ["a", "c"]]
+    assert _listing(c, S, parent="sales") == [["sales", "eu"]]
+    assert c.head("/v1/namespaces/cdc", headers=S).status_code == 204
+    assert c.get("/v1/namespaces/a%1Fb", headers=S).status_code == 200
+    # A namespace the client does not see answers as a missing one, and is there for the writer.
+    requests: list[Callable[[dict[str, str]], httpx.Response]] = [
+        lambda h: c.get("/v1/namespaces/hidden", headers=h),
+        lambda h: c.head("/v1/namespaces/hidden", headers=h),
+        lambda h: c.get("/v1/namespaces/hidden/tables", headers=h),
+        lambda h: c.get("/v1/namespaces", params={"parent": "hidden"}, headers=h),
+        lambda h: c.get("/v1/namespaces/a%1Fc", headers=h),
+    ]
+    seen = [answer(send(S)) for send in requests]
+    assert [s[0] for s in seen] == [404] * len(requests)
+    assert [send(W).status_code for send in requests] == [200, 204, 200, 200, 200]
+    _drop_hidden(c)
+    assert c.delete("/v1/namespaces/a%1Fc", headers=W).status_code == 204
+    assert [answer(send(S)) for send in requests] == seen
+    assert [answer(send(W)) for send in requests] == seen
+
+
+def test_namespace_changes_need_patterns_that_cover_the_whole_namespace(spaces: TestClient) -> None:
+    c = spaces
+
+    def create(ns: list[str]) -> Any:
+        return c.post("/v1/namespaces", json={"namespace": ns}, headers=S)
+
+    def props(ns: str) -> Any:
+        return c.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"k": "v"}}, headers=S)
+
+    assert create(["sales", "us"]).status_code == 200  # sales.* covers it
+    assert props("sales").status_code == 200
+    assert c.delete("/v1/namespaces/sales%1Fus", headers=S).status_code == 204
+    # Seen but not wholly covered: 403, whether it exists or not.
+    for r in (create(["cdc"]), create(["cdc", "x"]), props("cdc"), c.delete("/v1/namespaces/cdc", headers=S)):
+        assert r.status_code == 403 and err(r)["type"] == "ForbiddenException", r.text
+    assert c.head("/v1/namespaces/cdc", headers=W).status_code == 204
+    # Not seen: creating it is a 403 whether it exists or not; dropping or changing it, a 404.
+    hidden = [create(["hidden"]), props("hidden"), c.delete("/v1/namespaces/hidden", headers=S)]
+    assert [r.status_code for r in hidden] == [403, 404, 404]
+    assert c.get("/v1/namespaces/hidden", headers=W).json()["properties"] == {"exists": "true"}
+    _drop_hidden(c)
+    gone = [create(["hidden"]), props("hidden"), c.delete("/v1/namespaces/hidden", headers=S)]
+    assert [answer(r) for r in hidden] == [answer(r) for r in gone]
+    assert create(["zzz"]).content == hidden[0].content.replace(b"hidden", b"zzz")
+
+
+# -- the patterns
+
+
+def test_a_client_without_tables_sees_and_changes_everything(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text(TOKENS)
+    writer = auth.Tokens.load(f, 60).bearer("Bearer static-writer")
+    assert writer is not None and writer.tables == ("*",)
+    for c in (writer, auth.ANYONE):
+        assert c.may_see_namespace(("any", "where")) and c.may_change_namespace(("x",))
+
+
+def _brute(pattern: str, prefix: str, every: bool) -> bool:
+    rests = ["".join(p) for n in range(1, 5) for p in itertools.product("ab.[", repeat=n)]
+    hits = (fnmatch.fnmatchcase(prefix + r, pattern.lower()) for r in rests)
+    return all(hits) if every else any(hits)
+
+
+@pytest.mark.parametrize(
+    "pattern", ["*", "a.*", "a.b", "A.B", "a*", "?.b", "[ab].*", "[!a].b", "a.[", "*.b", "a.b*", "a[.]b", "**", "a.?"]
+)
+def test_prefix_questions_agree_with_fnmatch(pattern: str) -> None:
+    for prefix in ("a.", "b.", "a.b.", "", "ab."):
+        assert patterns.some_after(pattern, prefix) == _brute(pattern, prefix, every=False), (pattern, prefix)
+        assert patterns.all_after(pattern, prefix) == _brute(pattern, prefix, every=True), (pattern, prefix)
+
+
+# -- pyiceberg's RestCatalog, real server
+
+
+@pytest.mark.server
+def test_pyiceberg_with_the_restricted_credential(tmp_path: Path) -> None:
+    from pyiceberg.exceptions import ForbiddenError, NoSuchNamespaceError, NoSuchTableError
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    with serve(rights_settings(tmp_path)) as (url, _app):
+        writer = rest_catalog(url)
+        writer.create_namespace("cdc")
+        writer.create_namespace("hidden")
+        for name in ("cdc.allowed", "cdc.secret"):
+            writer.create_table(name, schema=schema).append(pa.table({"id": pa.array([1, 2], pa.int64())}, schema))
+        scoped = rest_catalog(url, credential="scoped:ssecret")
+        table = scoped.load_table("cdc.allowed")
+        table.append(pa.table({"id": pa.array([3], pa.int64())}, schema))
+        assert sorted(scoped.load_table("cdc.allowed").scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
+        assert scoped.list_tables("cdc") == [("cdc", "allowed")]
+        assert ("hidden",) not in scoped.list_namespaces() and ("hidden",) in writer.list_namespaces()
+        assert scoped.table_exists("cdc.allowed") and not scoped.table_exists("cdc.secret")
+        with pytest.raises(NoSuchTableError):
+            scoped.load_table("cdc.secret")
+        with pytest.raises(NoSuchTableError):
+            scoped.drop_table("cdc.secret")
+        with pytest.raises(NoSuchNamespaceError):
+            scoped.list_tables("hidden")
+        with pytest.raises(ForbiddenError):
+            scoped.create_table("cdc.elsewhere", schema=schema)
+        scoped.create_table("cdc.allowed_new", schema=schema)
+        assert writer.load_table("cdc.secret").scan().to_arrow().num_rows == 2
