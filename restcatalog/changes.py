@@ -4,12 +4,14 @@
 GET /v1/changes?tables=a,b&operations=INSERT,UPDATE&since=<cursor>&limit=1000
     one page: ``{"changes": [...], "cursor": "..."}``; ask again with ``cursor`` for what follows.
 GET /v1/subscribe?tables=a,b&operations=...&since=<cursor>
-    a Server-Sent Events stream of the same changes as they are committed, each event's ``id`` the
-    cursor after it (a client reconnecting sends it back as ``since`` or ``Last-Event-ID``); a
-    comment line every 15 s keeps idle connections open.
+    a Server-Sent Events stream: first a ``start`` event whose data is ``{"cursor": ...}``, the
+    position it starts from, then the same changes as they are committed (``change`` events),
+    each event's ``id`` the cursor after it (a client reconnecting sends it back as ``since`` or
+    ``Last-Event-ID``); a comment line every 15 s keeps idle connections open.
 
-Without ``since``, from each table's first change. A change is
-``{table, operation, key, after, order, source, sequence, committedAt, cursor}``.
+Without ``since``, from each table's first change; ``since=now``, from after each table's last
+visible change. A change is ``{table, operation, key, before, after, order, source, sequence,
+metadata, committedAt, cursor}`` (``before`` and ``metadata`` as the producer sent them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from restcatalog.service import Service, run
 
 POLL_S = 0.5  # a commit reaches subscribers within this (plus a read of the history)
 KEEPALIVE_S = 15.0
+NOW = "now"
 MAX_TABLES = 100
 
 
@@ -54,13 +57,23 @@ class Subscription:
             raise bad_request(f"operations: a comma-separated subset of {', '.join(changes.OPERATIONS)}")
         since = request.headers.get("last-event-id") or q.get("since")
         try:
-            self.cursor = changes.decode(since) if since else {}
+            self.cursor = changes.decode(since) if since and since != NOW else {}
         except changes.BadCursor as exc:
             raise bad_request(f"since: {exc}") from None
         self.tables, self.operations, self.settings = tables, ops, svc.settings
+        self.from_now = since == NOW
+
+    def start(self) -> None:
+        """``since=now``: the cursor at each table's last visible change (a pyiceberg read each)."""
+        if self.from_now:
+            self.from_now = False
+            for t in self.tables:
+                if (last := changes.last_position(self.settings, t)) is not None:
+                    self.cursor[t] = last
 
     def page(self, limit: int) -> list[dict[str, Any]]:
         """The next changes of every table (up to ``limit`` each), the cursor moved past them."""
+        self.start()
         out = []
         for t in self.tables:
             for c in changes.read_changes(self.settings, t, self.cursor.get(t), self.operations, limit):
@@ -74,10 +87,12 @@ def _json(c: changes.Change, cursor: str) -> dict[str, Any]:
         "table": c.table,
         "operation": c.operation,
         "key": c.key,
+        "before": jsonable(c.before),
         "after": jsonable(c.after),
         "order": c.order,
         "source": c.source,
         "sequence": c.sequence,
+        "metadata": jsonable(c.metadata),
         "committedAt": jsonable(changes.when(c.committed_at_us)),
         "cursor": cursor,
     }
@@ -96,6 +111,11 @@ async def subscribe(request: Request, svc: Service) -> Response:
     sub = Subscription(request, svc, svc.authorize(request, auth.Access.READ))
 
     async def events() -> AsyncIterator[str]:
+        # The cursor the stream starts from, concrete even for since=now: a client that loses
+        # the connection before the first change resumes from here, not from a later "now".
+        await run(sub.start)
+        start = json.dumps({"cursor": changes.encode(sub.cursor)})
+        yield f"id: {changes.encode(sub.cursor)}\nevent: start\ndata: {start}\n\n"
         quiet_since = time.monotonic()
         while not await request.is_disconnected():
             got = await run(sub.page, 1000)

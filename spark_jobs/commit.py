@@ -29,8 +29,10 @@ from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.sqltext import col, quote
 from spark_jobs.system import (
+    IMAGE_BEFORE,
     KEEP,
     KEY,
+    METADATA,
     OBJECT,
     OP,
     ORDER,
@@ -76,6 +78,8 @@ def change_rows(classified: DataFrame, target: StructType) -> Build:
         F.col(OUTCOME).alias(history.OUTCOME),
         F.current_timestamp().alias(history.COMMITTED_AT),
         F.col(OBJECT).alias(HISTORY_OBJECT),
+        F.col(IMAGE_BEFORE).alias(history.BEFORE),
+        F.col(METADATA).alias(history.METADATA),
     )
 
 

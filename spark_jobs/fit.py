@@ -19,6 +19,7 @@ from spark_jobs.read import JSON_OPTIONS
 from spark_jobs.schema import conform
 from spark_jobs.sqltext import col
 from spark_jobs.system import (
+    CARRIED,
     COPIES,
     CORRUPT,
     KEEP,
@@ -155,7 +156,7 @@ def fit_to_table(rows: DataFrame, target: StructType, limits: Limits = names.DEF
             return out.otherwise(x)
 
         keep = F.transform(keep, spelled)
-    extra = [c for c in (COPIES, CORRUPT) if c in rows.columns]
+    extra = [c for c in CARRIED if c in rows.columns]
     return rows.select(*cols, OP, OBJECT, keep.alias(KEEP), F.when(reason != "", reason).alias(REASON), *extra)
 
 

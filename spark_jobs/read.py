@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType, VariantType
 
@@ -15,7 +15,7 @@ from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
 from spark_jobs.schema import conform, hides_fields, read_type, slots, spellings, variant_json_type
-from spark_jobs.system import COPIES, CORRUPT, KEY, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
+from spark_jobs.system import CARRIED, CORRUPT, IMAGE_BEFORE, KEY, METADATA, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
 
 # A staged line's fields besides the after-image (cdclake.contracts.events.StagedEvent), as the job reads them.
 STAGED = StructType(
@@ -27,6 +27,9 @@ STAGED = StructType(
         StructField("operation", StringType()),
         StructField("rowId", StringType()),
         StructField("order", ArrayType(LongType())),
+        # Objects read into a string column come as their JSON text (Spark's JSON reader).
+        StructField("before", StringType()),
+        StructField("metadata", StringType()),
     ]
 )
 # The same parser options for every parse of a staged line (the file read and the re-parses of a
@@ -52,6 +55,10 @@ def normalise(raw: DataFrame) -> DataFrame:
     after = F.col("after") if isinstance(after_type, StructType) else F.lit(None).cast("struct<>")
     seq = F.col("sequence").cast("long")
     given = F.col("order").cast("array<bigint>") if "order" in raw.columns else F.lit(None).cast("array<bigint>")
+
+    def text(name: str) -> Column:
+        return F.col(name).cast("string") if name in raw.columns else F.lit(None).cast("string")
+
     return raw.select(
         F.col("rowId").cast("string").alias(KEY),
         seq.alias(SEQ),
@@ -61,6 +68,8 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("operation").cast("string").alias(OP),
         (F.col(OBJECT) if OBJECT in raw.columns else F.lit(None).cast("string")).alias(OBJECT),
         after.alias("after"),
+        text("before").alias(IMAGE_BEFORE),
+        text("metadata").alias(METADATA),
         *([CORRUPT] if CORRUPT in raw.columns else []),
     )
 
@@ -216,6 +225,6 @@ def flatten(events: DataFrame) -> DataFrame:
             unfit.append(F.when(value.isNotNull(), F.lit(f"column {name}: {problem(name, top=True)}")))
         else:
             user.append(value.alias(name))
-    extra = [c for c in (COPIES, CORRUPT) if c in events.columns]
+    extra = [c for c in CARRIED if c in events.columns]
     why = F.concat_ws("; ", *unfit) if unfit else F.lit("")
     return events.select(KEY, *user, SEQ, TS, SOURCE, ORDER, OP, OBJECT, *extra, F.when(why != "", why).alias(UNFIT))

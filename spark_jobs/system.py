@@ -22,7 +22,11 @@ COPIES = "_cdc_w_copies"  # deliveries of one distinct event
 CORRUPT = "_cdc_w_line"  # the staged line of an event with a value the read types do not take
 SEEN = "_cdc_w_seen"  # an earlier run already logged this event (accepted or quarantined)
 UNFIT = "_cdc_w_unfit"  # why an event's reserved top-level names cannot be columns
-WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, COPIES, CORRUPT, SEEN, UNFIT, PAIR, PRESENT)
+IMAGE_BEFORE = "_cdc_w_before"  # the event's before image, JSON text, for the change history
+METADATA = "_cdc_w_metadata"  # the event's metadata, JSON text, for the change history
+# Carried unchanged from the read to the change history (and the counts), past every step.
+CARRIED = (COPIES, CORRUPT, IMAGE_BEFORE, METADATA)
+WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, SEEN, UNFIT, PAIR, PRESENT, *CARRIED)
 
 CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
 # Between a default backfill's table property and its column (spark_jobs.backfill): only a run

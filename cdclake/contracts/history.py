@@ -17,4 +17,10 @@ OPERATION = "_cdc_operation"  # INSERT, UPDATE or DELETE
 OUTCOME = "_cdc_outcome"  # applied, superseded or late
 COMMITTED_AT = "_cdc_committed_at"  # when the run logged it (one value per run)
 HISTORY_OBJECT = "_cdc_object"  # the staging object the event came in (also in __quarantine)
-HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT)
+# The event's ``before`` image and ``metadata`` as the producer sent them, JSON text (NULL when it
+# sent none): kept as text, not columns, because a producer's before image need not have the
+# table's shape (Debezium/Postgres sends only the key columns under the default REPLICA IDENTITY).
+# Histories written before these existed lack them; readers take them as NULL.
+BEFORE = "_cdc_before"
+METADATA = "_cdc_metadata"
+HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT, BEFORE, METADATA)

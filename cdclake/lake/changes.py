@@ -45,6 +45,8 @@ class Change:
     source: str
     sequence: int
     committed_at_us: int
+    before: dict[str, Any] | None = None  # the producer's before image, as it sent it
+    metadata: dict[str, Any] | None = None  # the producer's metadata (Debezium: source position, ...)
 
     @property
     def position(self) -> Position:
@@ -95,6 +97,27 @@ def read_changes(
     return changes[:limit]
 
 
+def last_position(settings: Settings, table: str) -> Position | None:
+    """The position of ``table``'s last visible applied change (any operation); None: none yet.
+    Runs of a table log and commit one at a time, so a change logged but not yet visible (its run
+    has not committed the table) has a later commit time than every visible one: a cursor here
+    misses nothing."""
+    from pyiceberg import expressions
+
+    ex: Any = expressions  # as in read_changes
+    wm = table_watermark(settings, table)
+    log = load_table(settings, table + CHANGES_SUFFIX)
+    if wm is None or log is None or log.current_snapshot() is None:
+        return None
+    have = {f.name for f in log.schema().fields}  # histories written before ORDER existed lack it
+    fields = tuple(
+        f for f in (h.KEY, h.OPERATION, h.COMMITTED_AT, h.ORDER, h.SOURCE, h.SEQ, h.HISTORY_OBJECT) if f in have
+    )
+    rows = log.scan(row_filter=ex.EqualTo(h.OUTCOME, "applied"), selected_fields=fields).to_arrow()
+    seen = _changes(table, rows.to_pylist(), wm)
+    return max((c.position for c in seen), default=None)
+
+
 def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Change]:
     out = []
     data_columns = None
@@ -115,9 +138,16 @@ def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Chan
                 str(r[h.SOURCE]),
                 int(r[h.SEQ]),
                 _micros(at),
+                _json(r.get(h.BEFORE)),
+                _json(r.get(h.METADATA)),
             )
         )
     return out
+
+
+def _json(text: str | None) -> dict[str, Any] | None:
+    # The apply stores what the door let in: a JSON object, or nothing.
+    return None if text is None else json.loads(text)
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

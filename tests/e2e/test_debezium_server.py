@@ -413,3 +413,30 @@ def test_sigkill_mid_burst_then_restart_lands_every_row_once(pg_burst: Outcome) 
 
 def test_an_8_mb_transaction_gets_through_with_the_default_sink_settings(pg_burst: Outcome) -> None:
     assert_staged_equals_source(pg_burst, "bulky", {})
+
+
+@pytest.mark.parametrize("source", ["pg", "mariadb"])
+def test_the_change_history_keeps_each_events_before_image_and_metadata(
+    source: str, lake: dict[str, Any], pg_basic: Outcome, maria_basic: Outcome
+) -> None:
+    """The feed's ``before`` and ``metadata`` are what Debezium sent: MariaDB's binlog (row image
+    FULL) gives the whole old row, Postgres' default REPLICA IDENTITY no old row on an UPDATE and
+    only the key on a DELETE; the metadata names the connector, the database and the Debezium op."""
+    from cdclake.lake import changes
+
+    o = pg_basic if source == "pg" else maria_basic
+    assert isinstance(lake.get(f"{source}/customers"), LakeTable), o.why()
+    got = changes.read_changes(o.settings, "customers", None, changes.OPERATIONS, 10_000)
+    update = next(c for c in got if c.operation == "UPDATE" and (c.after or {}).get("name") == "Bobby")
+    delete = next(c for c in got if c.operation == "DELETE" and (c.before or {}).get("id") == 3)
+    connector = "postgresql" if source == "pg" else "mariadb"
+    assert update.metadata is not None and delete.metadata is not None
+    assert (update.metadata["connector"], update.metadata["op"]) == (connector, "u")
+    assert (delete.metadata["connector"], delete.metadata["op"]) == (connector, "d")
+    assert update.metadata.get("db")
+    if source == "pg":
+        assert update.before is None
+        assert delete.before is not None and delete.before.get("name") is None
+    else:
+        assert update.before is not None and (update.before["id"], update.before["name"]) == (2, "Bob")
+        assert delete.before is not None and delete.before["name"] == "Émile"

@@ -79,6 +79,16 @@ def test_a_view_built_from_the_changes_equals_the_table(api: TestClient, lake: L
 
 
 @pytest.mark.spark
+def test_each_change_carries_the_before_image_and_metadata_its_producer_sent(api: TestClient, lake: Lake) -> None:
+    sent = {(b["source"], e["sequence"]): e for b in lake.first + lake.second for e in b["events"]}
+    got = page(api, limit=10_000)["changes"]
+    assert [e["before"] for e in got] == [sent[e["source"], e["sequence"]].get("before") for e in got]
+    assert any(e["before"] for e in got) and any(e["operation"] == "INSERT" and e["before"] is None for e in got)
+    assert [e["metadata"] for e in got] == [sent[e["source"], e["sequence"]].get("metadata") for e in got]
+    assert any(e["metadata"] for e in got)
+
+
+@pytest.mark.spark
 def test_stopping_anywhere_and_resuming_gives_exactly_the_rest(api: TestClient) -> None:
     whole = page(api, limit=10_000)["changes"]
     rng = random.Random(3)
@@ -147,6 +157,7 @@ def test_subscribe_streams_new_commits_and_resumes_from_last_event_id(spark: Any
     apply_all(spark, settings)
     with serve_app(create_app(settings)) as url:
         got: list[dict[str, Any]] = []
+        starts: list[str] = []
 
         def listen(since: str | None, until: int) -> None:
             headers = {"Last-Event-ID": since} if since else {}
@@ -154,16 +165,29 @@ def test_subscribe_streams_new_commits_and_resumes_from_last_event_id(spark: Any
                 "GET", f"{url}/v1/subscribe", params={"tables": TABLE}, headers=headers, timeout=120
             ) as r:
                 assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                kind = ""
                 for line in r.iter_lines():
-                    if line.startswith("data: "):
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: ") and kind == "start":
+                        starts.append(json.loads(line[6:])["cursor"])
+                        if until == 0:
+                            return
+                    elif line.startswith("data: "):
+                        assert kind == "change"
                         got.append(json.loads(line[6:]))
                         if len(got) >= until:
                             return
 
         initial = len(page_of(url)["changes"])
         listen(None, initial)  # everything so far, then the client goes away
+        listen("now", 0)  # since=now: the stream starts at the last visible change, and says so
+        now = page_of(url, "now")
+        assert now["changes"] == [] and now["cursor"] == got[-1]["cursor"]
+        assert starts == [changes.encode({}), got[-1]["cursor"]]
         stage(settings, w.batches[1:])
         apply_all(spark, settings)
+        assert page_of(url, now["cursor"])["changes"] == page_of(url, got[-1]["cursor"])["changes"] != []
         total = initial + len(page_of(url, got[-1]["cursor"])["changes"])
         listen(got[-1]["cursor"], total)  # reconnects with its last event id: only what is new
         from cdclake.client import lake as lakeclient
@@ -211,6 +235,33 @@ def test_lake_client_subscribe_resumes_after_a_dropped_connection_from_the_last_
             break
     assert got == ["1", "2", "3"]
     assert seen[:2] == [{"last": "", "tables": "orders,customers"}, {"last": "c2", "tables": "orders,customers"}]
+
+
+def test_lake_client_subscribed_since_now_resumes_from_the_start_cursor_not_a_later_now() -> None:
+    """A stream asked ``since=now`` that breaks before its first change is resumed from the
+    cursor its start event gave: changes committed while it was away are not skipped."""
+    from cdclake.client import lake as lakeclient
+
+    start = b'id: s0\nevent: start\ndata: {"cursor": "s0"}\n\n'
+
+    class Breaks(httpx.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            yield start
+            raise httpx.ReadError("connection reset")
+
+    seen: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("last-event-id", ""), request.url.params.get("since", "")))
+        if len(seen) == 1:
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Breaks())
+        change = b'id: c1\nevent: change\ndata: {"key": "1", "cursor": "c1"}\n\n'
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=start + change)
+
+    http = httpx.Client(base_url="http://lake", transport=httpx.MockTransport(handler))
+    db = lakeclient.Lake("http://lake", http=http)
+    assert [c["key"] for c in itertools.islice(db.subscribe(["orders"], since="now", reconnect_s=0), 1)] == ["1"]
+    assert seen == [("now", ""), ("s0", "")]
 
 
 def test_async_lake_client_queries_resumes_its_stream_and_refreshes_its_token() -> None:

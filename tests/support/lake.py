@@ -39,6 +39,9 @@ def two_run_lake(spark: Any, spark_home: Path, table: str) -> Lake:
     settings = fresh_settings(spark_home)
     w = generate(events=160, seed=5, tables=(table,), batch_size=20, keys_per_table=25)
     b = w.batches
+    for ev in (e for batch in b for e in batch["events"]):
+        if ev["sequence"] % 3 == 0:  # what a producer may attach: the change feed serves it back as sent
+            ev["metadata"] = {"tx": ev["sequence"] // 7, "note": 'a "quoted" ✓', "path": ["a.b", {"c": None}]}
     # Split where no retried batch is parted from its original (it would count as late, not duplicate).
     cut = next(i for i in range(len(b) // 2, len(b)) if b[i]["sequenceNumber"] != b[i - 1]["sequenceNumber"])
     snaps = []
