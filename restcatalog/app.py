@@ -15,6 +15,7 @@ GET  /v1/namespaces/{ns}/tables/{t}/partition-stats  per-partition counts and si
 POST /v1/tables/rename                            rename
 POST /v1/transactions/commit                      several tables, atomically
 POST /v1/query                                    read-only Spark SQL over the lake (restcatalog.query)
+POST /v1/query/plan                               its plan and the data files it would read (restcatalog.plan)
 GET  /v1/changes /v1/subscribe                    applied changes from a cursor: a page, or SSE (restcatalog.changes)
 GET  /health /metrics /openapi.json
 """
@@ -47,6 +48,7 @@ from restcatalog.namespaces import (
     update_properties,
 )
 from restcatalog.oauth import oauth_tokens
+from restcatalog.plan import post_query_plan
 from restcatalog.query import Sessions, connect_sessions, post_query
 from restcatalog.service import Handler, Service, State, describe_metrics, endpoint, run, service_of
 from restcatalog.tables import (
@@ -163,6 +165,7 @@ ROUTES: list[BaseRoute] = [
     route("/v1/transactions/commit", "POST", "transaction", W, commit_transaction),
     # Not an Iceberg REST route: the query API (restcatalog.query), read access and table rights.
     route("/v1/query", "POST", "query", None, post_query),
+    route("/v1/query/plan", "POST", "query_plan", None, post_query_plan),
     route("/v1/changes", "GET", "changes", None, get_changes),
     route("/v1/subscribe", "GET", "subscribe", None, subscribe),
     Route("/health", health, methods=["GET"]),

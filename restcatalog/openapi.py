@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the routes this REST catalog serves, at ``/openapi.json``.
 
 The Iceberg REST spec is the contract; this document describes the subset served here (and the
-two partition listings, the query API and the change feed it adds), with request bodies from the
+two partition listings, the query API with its plan, and the change feed it adds), with request bodies from the
 models the handlers parse with, so it cannot drift from validation. Schema-driven fuzzing
 (tests/receiver/test_schemathesis.py) reads it.
 
@@ -26,6 +26,7 @@ from restcatalog.models import (
     RenameTableRequest,
     UpdateNamespacePropertiesRequest,
 )
+from restcatalog.plan import PlanRequest
 from restcatalog.query import QueryRequest
 
 BODIES = (
@@ -37,6 +38,7 @@ BODIES = (
     CommitTableRequest,
     CommitTransactionRequest,
     QueryRequest,
+    PlanRequest,
 )
 ERROR = {
     "type": "object",
@@ -200,6 +202,18 @@ def document() -> dict[str, Any]:
                         "200": {
                             "description": "rows (JSON) or an Arrow IPC stream (format: arrow)",
                             "content": {"application/json": {}, "application/vnd.apache.arrow.stream": {}},
+                        },
+                    },
+                }
+            },
+            "/v1/query/plan": {
+                "post": {
+                    "requestBody": _body("PlanRequest"),
+                    "responses": {
+                        **_answers("200", "400", "403", "408", "503"),
+                        "200": {
+                            "description": "Spark's plan and, per Iceberg scan, the data files pruning keeps",
+                            "content": {"application/json": {}},
                         },
                     },
                 }

@@ -17,7 +17,7 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.requests import Request
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Sessions = Callable[[], AbstractContextManager["SparkSession"]]
+T = TypeVar("T")
 ARROW = "application/vnd.apache.arrow.stream"
 
 Param = StrictStr | StrictInt | StrictFloat | StrictBool | None
@@ -139,16 +140,7 @@ async def post_query(request: Request, svc: Service) -> Response:
         with sessions() as spark:
             return queries.run(spark, query, lake)
 
-    try:
-        got = await run(answer)
-    except queries.Forbidden as exc:
-        raise forbidden(str(exc)) from None
-    except queries.TimedOut as exc:
-        raise IcebergError(408, "QueryTimeoutException", str(exc)) from None
-    except QueryError as exc:
-        raise bad_request(str(exc)) from None
-    except Exception as exc:
-        raise spark_error(exc) from None
+    got = await on_engine(answer)
     snapshots = [{"table": s.table, "snapshotId": s.snapshot_id} for s in got.scans]
     if body.format == "arrow":
         truncated = {"Cdclake-Truncated": str(got.truncated).lower()}
@@ -162,6 +154,21 @@ async def post_query(request: Request, svc: Service) -> Response:
             "snapshots": snapshots,
         }
     )
+
+
+async def on_engine(fn: Callable[[], T]) -> T:
+    """``fn`` (a statement on a borrowed session) off the event loop, its failures as the query
+    API's answers: 403 for a table the client may not read, 408, 400 for the statement, 503."""
+    try:
+        return await run(fn)
+    except queries.Forbidden as exc:
+        raise forbidden(str(exc)) from None
+    except queries.TimedOut as exc:
+        raise IcebergError(408, "QueryTimeoutException", str(exc)) from None
+    except QueryError as exc:
+        raise bad_request(str(exc)) from None
+    except Exception as exc:
+        raise spark_error(exc) from None
 
 
 def spark_error(exc: Exception) -> Exception:

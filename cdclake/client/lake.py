@@ -8,6 +8,7 @@ REST catalog's server), with no Spark, Airflow or Iceberg on the caller's side::
         print(row["_cdc_row_id"], row["amount"])
     db.query("SELECT count(*) AS n FROM orders", as_of="2026-01-01T12:00:00Z").rows[0]["n"]
     db.query_arrow("SELECT * FROM orders")                        # a pyarrow.Table (pyarrow installed)
+    db.plan("SELECT * FROM orders WHERE status = 'paid'")["scans"]  # the files it would read, not run
     for change in db.subscribe(["orders"], operations=["INSERT", "UPDATE"]):  # blocks, resumes
         print(change["operation"], change["key"], change["after"], change["cursor"])
 
@@ -131,6 +132,19 @@ class Lake:
         r = self._post(body(sql, params, as_of, max_rows, timeout_s, "arrow"))
         return pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all()
 
+    def plan(
+        self,
+        sql: str,
+        params: Mapping[str, Scalar] | Sequence[Scalar] | None = None,
+        as_of: str | int | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """What the statement would read, without running it (``POST /v1/query/plan``): Spark's
+        ``plan`` text and, per Iceberg table scan, its ``snapshotId``, ``filters``, the ``files``
+        and ``partitions`` pruning keeps and ``totals``."""
+        got: dict[str, Any] = self._post(plan_body(sql, params, as_of, timeout_s), "/v1/query/plan").json()
+        return got
+
     def changes(
         self,
         tables: Sequence[str],
@@ -190,18 +204,18 @@ class Lake:
             raise error_of(r)
         return r
 
-    def _post(self, body: dict[str, Any]) -> httpx.Response:
-        r = self._send(body)
+    def _post(self, body: dict[str, Any], path: str = "/v1/query") -> httpx.Response:
+        r = self._send(body, path)
         if r.status_code == 401 and self._credential:
             self._token = None  # an issued token expires, or the server restarted: fetch another
-            r = self._send(body)
+            r = self._send(body, path)
         if r.status_code >= 400:
             raise error_of(r)
         return r
 
-    def _send(self, body: dict[str, Any]) -> httpx.Response:
+    def _send(self, body: dict[str, Any], path: str) -> httpx.Response:
         try:
-            return self._http.post("/v1/query", json=body, headers=self._headers())
+            return self._http.post(path, json=body, headers=self._headers())
         except httpx.TransportError as exc:
             raise LakeConnectionError(f"{self._http.base_url}: {exc}") from None
 
@@ -260,6 +274,14 @@ def body(
     if timeout_s is not None:
         body["timeoutS"] = timeout_s
     return body
+
+
+def plan_body(
+    sql: str, params: Mapping[str, Scalar] | Sequence[Scalar] | None, as_of: str | int | None, timeout_s: float | None
+) -> dict[str, Any]:
+    """A query's body without what only a run has (the plan endpoint refuses format and maxRows)."""
+    full = body(sql, params, as_of, 1, timeout_s, "json")
+    return {k: v for k, v in full.items() if k not in ("format", "maxRows")}
 
 
 def error_of(r: httpx.Response) -> LakeError:

@@ -22,6 +22,7 @@ from cdclake.client.lake import (
     Scalar,
     body,
     error_of,
+    plan_body,
     result,
     sse_change,
     subscription,
@@ -61,6 +62,18 @@ class AsyncLake:
         request = body(sql, params, as_of, max_rows, timeout_s, "json")
         r = await self._call("POST", "/v1/query", json=request)
         return result(r.json())
+
+    async def plan(
+        self,
+        sql: str,
+        params: Mapping[str, Scalar] | Sequence[Scalar] | None = None,
+        as_of: str | int | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """As :meth:`cdclake.client.lake.Lake.plan`."""
+        r = await self._call("POST", "/v1/query/plan", json=plan_body(sql, params, as_of, timeout_s))
+        got: dict[str, Any] = r.json()
+        return got
 
     async def subscribe(
         self,

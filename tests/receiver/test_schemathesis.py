@@ -54,8 +54,8 @@ NOT_FUZZED = {"POST /flush"}
 # An endless stream for any valid request; its checks are GET /v1/changes's (fuzzed), the stream
 # itself is tested in tests/restcatalog/test_changes_api.py.
 NOT_FUZZED |= {"GET /v1/subscribe"}
-# Needs a Spark engine: fuzzed on its own with an in-process session (test_query_api_openapi).
-QUERY_OP = "POST /v1/query"
+# Need a Spark engine: fuzzed on their own with an in-process session (test_query_api_openapi).
+QUERY_OPS = ("POST /v1/query", "POST /v1/query/plan")
 
 
 def leaks(text: str, settings: Settings) -> list[str]:
@@ -169,7 +169,7 @@ def test_receiver_openapi(receiver: Any, label: str) -> None:
     fuzz(schema, label, url, headers, settings)
 
 
-@pytest.mark.parametrize("label", [op for op in cases(REST_OPS) if op != QUERY_OP])
+@pytest.mark.parametrize("label", [op for op in cases(REST_OPS) if op not in QUERY_OPS])
 @pytest.mark.server
 def test_rest_catalog_openapi(rest: Any, label: str) -> None:
     schema, url, headers, settings = rest
@@ -194,7 +194,8 @@ def test_query_api_openapi(spark: Any, spark_home: Path) -> None:
 
     with serve_app(create_app(settings, sessions), log_level="critical") as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
-        fuzz(schema, QUERY_OP, url, {}, settings)
+        for op in QUERY_OPS:
+            fuzz(schema, op, url, {}, settings)
 
 
 # -- the findings, each reproduced deterministically (in-process, the same settings as the fuzz)
