@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-rest bench-scale bench-query
+.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-rest bench-scale bench-query bench-subscribe
 
 PY := .venv/bin/python
 
@@ -68,6 +68,10 @@ bench-compaction: setup
 # POST /v1/query (the lake client) vs one Spark Connect session vs DuckDB, point lookup and aggregate: `make bench-query`
 bench-query: setup
 	@$(PY) -m tests.bench.query $(ARGS)
+
+# Commit -> delivery to GET /v1/subscribe listeners, micro-batches applied in a row: `make bench-subscribe`
+bench-subscribe: setup
+	@$(PY) -m tests.bench.subscribe $(ARGS)
 
 # REST catalog server vs the SQL catalog used directly (load latency, commit throughput): `make bench-rest`
 bench-rest: setup

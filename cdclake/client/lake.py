@@ -184,10 +184,14 @@ class Lake:
                     if r.status_code >= 400:
                         r.read()
                         raise error_of(r)
+                    kind = ""
                     for line in r.iter_lines():
-                        if (change := sse_change(line)) is not None:
-                            cursor = change["cursor"]
-                            yield change
+                        if line.startswith("event: "):
+                            kind = line[7:]
+                        elif (data := sse_data(line)) is not None:
+                            cursor = data["cursor"]  # the start event's, then each change's
+                            if kind == "change":
+                                yield data
             except httpx.TransportError:
                 pass  # resumed below from the last change delivered
             time.sleep(reconnect_s)
@@ -248,8 +252,9 @@ def subscription(tables: Sequence[str], operations: Sequence[str] | None) -> dic
     return {"tables": ",".join(tables), **({"operations": ",".join(operations)} if operations else {})}
 
 
-def sse_change(line: str) -> dict[str, Any] | None:
-    """The change a Server-Sent Events ``data:`` line carries; None for any other line."""
+def sse_data(line: str) -> dict[str, Any] | None:
+    """The JSON a Server-Sent Events ``data:`` line carries (a change, or the start event's
+    ``{"cursor": ...}``); None for any other line."""
     return json.loads(line[6:]) if line.startswith("data: ") else None
 
 

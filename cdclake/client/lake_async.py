@@ -24,7 +24,7 @@ from cdclake.client.lake import (
     error_of,
     plan_body,
     result,
-    sse_change,
+    sse_data,
     subscription,
     token_form,
 )
@@ -98,10 +98,14 @@ class AsyncLake:
                     if r.status_code >= 400:
                         await r.aread()
                         raise error_of(r)
+                    kind = ""
                     async for line in r.aiter_lines():
-                        if (change := sse_change(line)) is not None:
-                            cursor = change["cursor"]
-                            yield change
+                        if line.startswith("event: "):
+                            kind = line[7:]
+                        elif (data := sse_data(line)) is not None:
+                            cursor = data["cursor"]  # the start event's, then each change's
+                            if kind == "change":
+                                yield data
             except httpx.TransportError:
                 pass  # resumed below from the last change delivered
             await asyncio.sleep(reconnect_s)
