@@ -14,15 +14,12 @@ pyspark and pyiceberg are imported by the callers' sessions and inside the funct
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.contracts.names import quote
 from cdclake.lake import filters, queries
 
 if TYPE_CHECKING:
@@ -139,23 +136,10 @@ def _in_time(deadline: float, timeout_s: float) -> None:
         raise queries.TimedOut(f"planning the query took longer than its timeout of {timeout_s:g} s")
 
 
-# Long: the prologue of queries.run (checks, views, asOf rewrite) in the same order, then EXPLAIN.
 def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> str:
     """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.lake.queries.run` would run it."""
-    statement = queries.check_statement(query.sql)
-    lake = dataclasses.replace(lake, snapshot_at=functools.cache(lake.snapshot_at))
-    spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
-    views: list[str] = []
-    try:
-        views += queries.history_views(spark, statement, lake)
-        if query.as_of is not None:
-            statement = queries.time_travel(spark, statement, lake, query.as_of, query.params, views)
-        args: Any = query.params
-        row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-        return str(row[0]) if row else ""
-    finally:
-        for name in views:
-            spark.catalog.dropTempView(name)
+    with queries.explained(spark, query, lake) as (_, plan_text, _):
+        return plan_text
 
 
 def scan_files(scan: ScanText, table: Table | None) -> ScanFiles:

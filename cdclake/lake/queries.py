@@ -18,13 +18,14 @@ pyspark and pyarrow are imported by the callers' sessions; this module needs nei
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import re
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ QUERY_STARTS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "(")
 JAVA_CALLS = ("reflect", "java_method", "try_reflect")
 # Leaf scans a query may have besides the lake's Iceberg tables: literal rows and range().
 HARMLESS_SCANS = ("LocalTableScan", "Scan OneRowRelation", "Range", "EmptyRelation")
+AGGREGATE_PUSH_DOWN = "spark.sql.iceberg.aggregate-push-down.enabled"
 
 
 class Refused(QueryError):
@@ -154,26 +156,37 @@ def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
     """``query`` on ``spark``, or Refused/Forbidden/TimedOut/QueryError with a one-line reason.
     It sets the session's current namespace and drops the temporary views it made before it
     returns: the session can answer the next query (restcatalog.query keeps a pool of them)."""
+    with explained(spark, query, lake) as (statement, plan, checked):
+        scans = check_plan(plan, checked, query.as_of)
+        args: Any = query.params
+        df = spark.sql(statement, args=args).limit(query.max_rows + 1)
+        table = collect(spark, df.toArrow, query.timeout_s)
+    truncated = table.num_rows > query.max_rows
+    return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
+
+
+@contextlib.contextmanager
+def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[str, str, Lake]]:
+    """The statement as it will run (history views made, ``asOf`` asked for), its ``EXPLAIN
+    FORMATTED`` plan and the lake to check it with; the temporary views dropped after."""
     statement = check_statement(query.sql)
     # time_travel and check_plan both ask for a table's snapshot then: one catalog load each.
     lake = dataclasses.replace(lake, snapshot_at=functools.cache(lake.snapshot_at))
     spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
+    # With push-down, Iceberg answers count(*), min and max from its manifests while Spark plans:
+    # the plan then holds literal rows and no scan, and check_plan would not see the table read.
+    spark.conf.set(AGGREGATE_PUSH_DOWN, "false")
     views: list[str] = []
     try:
         views += history_views(spark, statement, lake)
         if query.as_of is not None:
             statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
         args: Any = query.params
-        explained = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-        plan = str(explained[0]) if explained else ""
-        scans = check_plan(plan, lake, query.as_of)
-        df = spark.sql(statement, args=args).limit(query.max_rows + 1)
-        table = collect(spark, df.toArrow, query.timeout_s)
+        row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
+        yield statement, str(row[0]) if row else "", lake
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
-    truncated = table.num_rows > query.max_rows
-    return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
 
 
 def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:

@@ -299,6 +299,34 @@ def test_read_rights_per_table(spark: Any, lake: Lake, tmp_path: Path) -> None:
         assert ok.status_code == 200 and ok.json()["rows"][0][0] > 0
 
 
+@pytest.mark.spark
+def test_aggregates_iceberg_could_answer_from_metadata_still_need_the_right(
+    spark: Any, lake: Lake, tmp_path: Path
+) -> None:
+    """On a table without deletes Iceberg answers count(*), min and max from its manifests while
+    Spark plans (aggregate push-down): the plan then has no scan of it, so the query engine turns
+    push-down off rather than let such a statement past the rights and asOf checks."""
+    ident = f"{lake.ns}.plain"
+    spark.sql(f"CREATE TABLE {ident} (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {ident} VALUES (1), (2), (3)")
+    first = spark.sql(f"SELECT snapshot_id FROM {ident}.snapshots").first()[0]
+    spark.sql(f"INSERT INTO {ident} VALUES (40)")
+    f = tmp_path / "tokens.toml"
+    f.write_text(
+        '[[client]]\nid = "other"\naccess = "read"\ntoken = "t-other"\n'
+        f'tables = ["{lake.settings.namespace}.{TABLE}"]\n'
+    )
+    settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
+    with TestClient(create_app(settings, sessions(spark))) as api:
+        other = {"Authorization": "Bearer t-other"}
+        for agg in ("count(*)", "max(id)", "min(id)", "count(id)"):
+            r = api.post("/v1/query", json={"sql": f"SELECT {agg} FROM plain"}, headers=other)
+            assert r.status_code == 403 and "may not read" in r.text and "rows" not in r.json(), (agg, r.text)
+    with TestClient(create_app(lake.settings, sessions(spark))) as api:
+        got = query(api, "SELECT count(*), max(id) FROM plain", asOf=first)
+        assert got["rows"] == [[3, 3]] and got["snapshots"] == [{"table": ident, "snapshotId": first}]
+
+
 def test_without_an_engine_the_query_api_says_what_it_needs(tmp_path: Path) -> None:
     from tests.support import make_settings
 
