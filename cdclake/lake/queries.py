@@ -43,6 +43,7 @@ JAVA_CALLS = ("reflect", "java_method", "try_reflect")
 # Leaf scans a query may have besides the lake's Iceberg tables: literal rows and range().
 HARMLESS_SCANS = ("LocalTableScan", "Scan OneRowRelation", "Range", "EmptyRelation")
 AGGREGATE_PUSH_DOWN = "spark.sql.iceberg.aggregate-push-down.enabled"
+PLANNING_FAILED = "Error occurred during query planning"  # EXPLAIN prints an analysis error
 
 
 class Refused(QueryError):
@@ -183,10 +184,33 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
             statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
         args: Any = query.params
         row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-        yield statement, str(row[0]) if row else "", lake
+        plan = str(row[0]) if row else ""
+        if plan.startswith(PLANNING_FAILED):
+            planning_error(spark, statement, args, lake, plan)
+        yield statement, plan, lake
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
+
+
+def planning_error(spark: SparkSession, statement: str, args: Any, lake: Lake, plan: str) -> None:
+    """Raise the error EXPLAIN only printed (analysis gives it with its condition). A table that is
+    not there and that the client could not read if it were is Forbidden, as an existing one is:
+    the answer does not tell a client which tables exist outside its rights."""
+    try:
+        spark.sql(statement, args=args).schema  # noqa: B018 - analysis, for its error
+    except Exception as exc:
+        condition = getattr(exc, "getCondition", lambda: None)()
+        params: dict[str, str] = getattr(exc, "getMessageParameters", dict)() or {}
+        relation = params.get("relationName", "")
+        parts = [p.replace("``", "`") for p in re.findall(r"`((?:[^`]|``)*)`", relation)]
+        ours = len(parts) < 3 or parts[-3].lower() == lake.catalog.lower()
+        if condition == "TABLE_OR_VIEW_NOT_FOUND" and parts and ours:
+            ns, table = (parts[-2] if len(parts) > 1 else lake.namespace).lower(), parts[-1].lower()
+            if not lake.may_read(ns, table):
+                raise Forbidden(f"this client may not read {ns}.{table}") from None
+        raise
+    raise QueryError(error_line(RuntimeError(plan.removeprefix(PLANNING_FAILED).lstrip(": \n") or plan)))
 
 
 def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:

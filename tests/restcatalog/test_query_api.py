@@ -315,6 +315,7 @@ def test_aggregates_iceberg_could_answer_from_metadata_still_need_the_right(
     f.write_text(
         '[[client]]\nid = "other"\naccess = "read"\ntoken = "t-other"\n'
         f'tables = ["{lake.settings.namespace}.{TABLE}"]\n'
+        '[[client]]\nid = "all"\naccess = "read"\ntoken = "t-all"\n'
     )
     settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
     with TestClient(create_app(settings, sessions(spark))) as api:
@@ -322,6 +323,19 @@ def test_aggregates_iceberg_could_answer_from_metadata_still_need_the_right(
         for agg in ("count(*)", "max(id)", "min(id)", "count(id)"):
             r = api.post("/v1/query", json={"sql": f"SELECT {agg} FROM plain"}, headers=other)
             assert r.status_code == 403 and "may not read" in r.text and "rows" not in r.json(), (agg, r.text)
+        # Whether a table outside its rights exists is not the client's to learn.
+        asks = [
+            ("/v1/query", f"SELECT * FROM {name}") for name in ("plain", "PLAIN", f"{lake.settings.namespace}.plain")
+        ]
+        asks += [("/v1/query/plan", "SELECT * FROM plain WHERE id > 1")]
+        there = [api.post(path, json={"sql": sql}, headers=other) for path, sql in asks]
+        spark.sql(f"ALTER TABLE {ident} RENAME TO {lake.settings.namespace}.plain_kept")
+        gone = [api.post(path, json={"sql": sql}, headers=other) for path, sql in asks]
+        spark.sql(f"ALTER TABLE {lake.ns}.plain_kept RENAME TO {lake.settings.namespace}.plain")
+        assert [(r.status_code, r.text) for r in gone] == [(r.status_code, r.text) for r in there]
+        assert {r.status_code for r in there} == {403}
+        r = api.post("/v1/query", json={"sql": "SELECT * FROM nope"}, headers={"Authorization": "Bearer t-all"})
+        assert r.status_code == 400 and "TABLE_OR_VIEW_NOT_FOUND" in r.text  # a client that could read it
     with TestClient(create_app(lake.settings, sessions(spark))) as api:
         got = query(api, "SELECT count(*), max(id) FROM plain", asOf=first)
         assert got["rows"] == [[3, 3]] and got["snapshots"] == [{"table": ident, "snapshotId": first}]
