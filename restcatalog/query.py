@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
 import math
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 Sessions = Callable[[], AbstractContextManager["SparkSession"]]
 T = TypeVar("T")
 ARROW = "application/vnd.apache.arrow.stream"
+HANG_UP_POLL_S = 0.25  # how soon a statement whose client went away is interrupted
 
 Param = StrictStr | StrictInt | StrictFloat | StrictBool | None
 
@@ -135,12 +138,25 @@ async def post_query(request: Request, svc: Service) -> Response:
     if svc.query_sessions is None:
         raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
     sessions, lake = svc.query_sessions, lake_for(svc.settings, client)
+    query = dataclasses.replace(query, cancel=threading.Event())
 
     def answer() -> queries.Answer:
         with sessions() as spark:
             return queries.run(spark, query, lake)
 
-    got = await on_engine(answer)
+    failed: Exception | None = None
+    # Raised outside the task group: inside, anyio would wrap the answer's error in an ExceptionGroup.
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_on_hang_up, request, query.cancel)
+        try:
+            got = await on_engine(answer)
+        except Exception as exc:
+            failed = exc
+        tg.cancel_scope.cancel()
+    if failed is not None:
+        if query.cancel is not None and query.cancel.is_set():
+            svc.metrics.inc("cdclake_queries_cancelled_total")
+        raise failed
     snapshots = [{"table": s.table, "snapshotId": s.snapshot_id} for s in got.scans]
     if body.format == "arrow":
         truncated = {"Cdclake-Truncated": str(got.truncated).lower()}
@@ -156,6 +172,15 @@ async def post_query(request: Request, svc: Service) -> Response:
     )
 
 
+async def cancel_on_hang_up(request: Request, cancel: threading.Event | None) -> None:
+    """Starlette does not stop a handler whose client went away: without this, a statement nobody
+    waits for any more would hold its Spark jobs and a session until its timeout."""
+    while not await request.is_disconnected():
+        await anyio.sleep(HANG_UP_POLL_S)
+    if cancel is not None:
+        cancel.set()
+
+
 async def on_engine(fn: Callable[[], T]) -> T:
     """``fn`` (a statement on a borrowed session) off the event loop, its failures as the query
     API's answers: 403 for a table the client may not read, 408, 400 for the statement, 503."""
@@ -165,6 +190,8 @@ async def on_engine(fn: Callable[[], T]) -> T:
         raise forbidden(str(exc)) from None
     except queries.TimedOut as exc:
         raise IcebergError(408, "QueryTimeoutException", str(exc)) from None
+    except queries.Cancelled as exc:  # nobody reads it: nginx's code for a client that closed
+        raise IcebergError(499, "QueryCancelledException", str(exc)) from None
     except QueryError as exc:
         raise bad_request(str(exc)) from None
     except Exception as exc:

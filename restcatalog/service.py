@@ -43,6 +43,7 @@ def describe_metrics(m: Metrics) -> None:
     m.describe("cdclake_rest_commits_total", "counter", "Committed table changes")
     m.describe("cdclake_rest_commit_conflicts_total", "counter", "Commits refused with 409 (stale or lost race)")
     m.describe("cdclake_rest_metric_reports_total", "counter", "Scan/commit reports received from clients")
+    m.describe("cdclake_queries_cancelled_total", "counter", "Query API statements interrupted: their client went away")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import functools
 import itertools
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,10 @@ class TimedOut(QueryError):
     pass
 
 
+class Cancelled(QueryError):
+    pass
+
+
 @dataclass(frozen=True)
 class Query:
     sql: str
@@ -65,6 +70,9 @@ class Query:
     as_of: AsOf | None = None
     max_rows: int = 1000
     timeout_s: float = 60.0
+    cancel: threading.Event | None = field(default=None, compare=False)
+    """Set when the answer is no longer wanted (the client went away): the query's Spark jobs are
+    interrupted and it ends with Cancelled."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,7 @@ def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
         scans = check_plan(plan, checked, query.as_of)
         args: Any = query.params
         df = spark.sql(statement, args=args).limit(query.max_rows + 1)
-        table = collect(spark, df.toArrow, query.timeout_s)
+        table = collect(spark, df.toArrow, query.timeout_s, query.cancel)
     truncated = table.num_rows > query.max_rows
     return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
 
@@ -286,24 +294,39 @@ def names_in(statement: str) -> set[str]:
     return {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
 
 
-def collect(spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float) -> pa.Table:
-    """``fetch()``, its Spark jobs interrupted after ``timeout_s`` (TimedOut)."""
+def collect(
+    spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float, cancel: threading.Event | None = None
+) -> pa.Table:
+    """``fetch()``, its Spark jobs interrupted after ``timeout_s`` (TimedOut) or once ``cancel``
+    is set (Cancelled)."""
     tag = f"cdclake-query-{uuid.uuid4().hex}"
-    fired = threading.Event()
+    fired: list[QueryError] = []
+    done = threading.Event()
 
-    def interrupt() -> None:
-        fired.set()
+    def interrupt(why: QueryError) -> None:
+        fired.append(why)
         spark.interruptTag(tag)
 
+    def watch() -> None:
+        # One wait for both: the deadline, and the caller's cancel (checked every 0.1 s).
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
+            if cancel is not None and cancel.is_set():
+                return interrupt(Cancelled("the query was cancelled: its client went away"))
+            if time.monotonic() >= deadline:
+                return interrupt(
+                    TimedOut(f"the query ran longer than its timeout of {timeout_s:g} s and was cancelled")
+                )
+
     spark.addTag(tag)
-    timer = threading.Timer(timeout_s, interrupt)
-    timer.start()
+    watcher = threading.Thread(target=watch, name=tag, daemon=True)
+    watcher.start()
     try:
         return fetch()
     except Exception:
-        if fired.is_set():
-            raise TimedOut(f"the query ran longer than its timeout of {timeout_s:g} s and was cancelled") from None
+        if fired:
+            raise fired[0] from None
         raise
     finally:
-        timer.cancel()
+        done.set()
         spark.removeTag(tag)

@@ -421,7 +421,8 @@ def test_the_change_history_keeps_each_events_before_image_and_metadata(
 ) -> None:
     """The feed's ``before`` and ``metadata`` are what Debezium sent: MariaDB's binlog (row image
     FULL) gives the whole old row, Postgres' default REPLICA IDENTITY no old row on an UPDATE and
-    only the key on a DELETE (its other columns NULL or empty); the metadata names the connector, the database and the Debezium op."""
+    only the key on a DELETE (its other columns NULL or empty); the metadata names the connector,
+    the database and the Debezium op."""
     from cdclake.lake import changes
 
     o = pg_basic if source == "pg" else maria_basic

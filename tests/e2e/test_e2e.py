@@ -4,6 +4,7 @@ with the independent reference model."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ from cdclake.dev.reference import diff, expected_tables, rows_by_key
 from cdclake.dev.stack import LocalStack
 from cdclake.dev.workload import generate
 from tests.support import attach_catalog, running_stack, staged_event_count, table_rows
+from tests.support.rest import counter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = ("customers", "orders", "products")
@@ -76,7 +78,8 @@ def test_post_apply_query_matches_reference_and_rerun_is_a_no_op(stack: LocalSta
 def test_query_api_answers_through_spark_connect(stack: LocalStack) -> None:
     """``POST /v1/query`` on the stack's REST server, Spark Connect as the engine: the rows of the
     run above equal the reference model, now and as of the table's snapshot; parameters are
-    bound; a statement past its timeout is cancelled (408) and the server goes on answering."""
+    bound; a statement past its timeout is cancelled (408), one whose client went away is
+    interrupted at once, and the server goes on answering."""
     w = generate(events=800, seed=21)  # the batches the first test sent
     want = expected_tables(w.batches)["orders"]
     with httpx.Client(base_url=stack.rest_url, timeout=120) as http:
@@ -105,6 +108,46 @@ def test_query_api_answers_through_spark_connect(stack: LocalStack) -> None:
         err = q(408, sql=slow, timeoutS=2)["error"]["message"]
         assert "longer than its timeout of 2 s" in err
         assert q(sql="SELECT count(*) FROM orders")["rows"] == [[len(want)]]
+    # A client that goes away: its statement is interrupted at once, not at its 100 s timeout.
+    with httpx.Client(base_url=stack.rest_url, timeout=3) as impatient, pytest.raises(httpx.ReadTimeout):
+        impatient.post("/v1/query", json={"sql": slow, "timeoutS": 100})
+    deadline = time.monotonic() + 30
+    while counter(stack.rest_url, "cdclake_queries_cancelled_total") < 1:
+        assert time.monotonic() < deadline, "the abandoned statement was not interrupted"
+        time.sleep(0.5)
+    with httpx.Client(base_url=stack.rest_url, timeout=120) as http:
+        assert http.post("/v1/query", json={"sql": "SELECT count(*) FROM orders"}).json()["rows"] == [[len(want)]]
+
+
+def test_the_stacks_change_feed_rebuilds_the_table_from_any_resume_point(stack: LocalStack) -> None:
+    """The lake client on the stack's REST server: a reader that stops at random points and goes
+    on from its cursor, and the subscribe stream, both give the applied changes of the run above
+    in one order, and the view kept from them equals the reference model's table."""
+    import itertools
+    import random
+
+    from cdclake.client import lake
+
+    want = expected_tables(generate(events=800, seed=21).batches)["orders"]
+    rng = random.Random(4)
+    with lake.connect(stack.rest_url) as db:
+        read: list[dict[str, Any]] = []
+        cursor = None
+        while page := db.changes(["orders"], since=cursor, limit=rng.randint(1, 150)):
+            if not page[0]:
+                break
+            read += page[0]
+            cursor = rng.choice([page[1], page[0][-1]["cursor"]])  # the same position
+        streamed = list(itertools.islice(db.subscribe(["orders"]), len(read)))
+    assert [c["cursor"] for c in streamed] == [c["cursor"] for c in read]
+    assert len({(c["source"], c["sequence"]) for c in read}) == len(read)
+    view: dict[str, dict[str, Any]] = {}
+    for c in read:
+        if c["operation"] == "DELETE":
+            view.pop(c["key"], None)
+        else:
+            view[c["key"]] = {"_cdc_row_id": c["key"], **c["after"]}
+    assert not diff(want, rows_by_key(view.values()))
 
 
 def test_services_listen_on_loopback_only(stack: LocalStack) -> None:
@@ -119,8 +162,6 @@ def test_services_listen_on_loopback_only(stack: LocalStack) -> None:
 
 def test_landing_triggers_cdc_apply_through_the_asset_event(stack: LocalStack, spark: Any) -> None:
     """No manual trigger: the receiver's Asset event (Airflow REST API) schedules cdc_apply."""
-    import time
-
     from cdclake.client import Producer
 
     settings = stack.settings
@@ -128,6 +169,7 @@ def test_landing_triggers_cdc_apply_through_the_asset_event(stack: LocalStack, s
     client = stack.airflow
     client.wait_dag("cdc_apply")
     client.unpause("cdc_apply")
+    heard = Subscriber(stack.rest_url, "signals")  # since=now: it hears the change once applied
     with Producer(settings.receiver_url, "asset-src") as p:
         p.send("signals", "INSERT", "1", after={"id": 1, "v": "landed"})
     deadline = time.monotonic() + 300
@@ -151,6 +193,33 @@ def test_landing_triggers_cdc_apply_through_the_asset_event(stack: LocalStack, s
         )
     status = httpx.get(settings.receiver_url + "/status").json()
     assert status["airflowNotify"]["sent"] >= 1 and status["airflowNotify"]["lastError"] is None
+    assert heard.done.wait(30), "the subscriber did not hear the applied change"
+    assert [(c["operation"], c["key"], c["after"]) for c in heard.got] == [("INSERT", "1", {"id": 1, "v": "landed"})]
+
+
+class Subscriber:
+    """A lake client subscribed to one table from now (``changes(since="now")`` gives the
+    position), in a thread, until its first change."""
+
+    def __init__(self, url: str, table: str) -> None:
+        import threading
+
+        from cdclake.client import lake
+
+        self.got: list[dict[str, Any]] = []
+        self.done = threading.Event()
+        self.db = lake.connect(url)
+        _, cursor = self.db.changes([table], since="now")
+        threading.Thread(target=self._listen, args=(table, cursor), daemon=True).start()
+
+    def _listen(self, table: str, cursor: str) -> None:
+        try:
+            for change in self.db.subscribe([table], since=cursor):
+                self.got.append(change)
+                self.done.set()
+                return
+        finally:
+            self.db.close()
 
 
 def _exists(spark: Any, table: str) -> bool:

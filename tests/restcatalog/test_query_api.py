@@ -460,3 +460,56 @@ def test_row_history_answers_the_row_at_any_time_after_snapshot_expiry(spark: An
         .drop("_commit_timestamp")
     )
     assert not diff(old.expected(), rows_by_key(plain.collect()))
+
+
+class _Interruptible:
+    """The Spark session calls collect() makes, with a fetch that runs until its tag is interrupted."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.tags: list[str] = []
+        self.interrupted: list[str] = []
+        self.stop = threading.Event()
+
+    def addTag(self, tag: str) -> None:
+        self.tags.append(tag)
+
+    def removeTag(self, tag: str) -> None:
+        self.tags.remove(tag)
+
+    def interruptTag(self, tag: str) -> None:
+        self.interrupted.append(tag)
+        self.stop.set()
+
+    def fetch(self) -> pa.Table:
+        if not self.stop.wait(30):
+            return pa.table({"late": [1]})
+        raise RuntimeError("OPERATION_CANCELED")
+
+
+def test_a_query_is_interrupted_when_cancelled_or_past_its_timeout_and_not_otherwise() -> None:
+    import threading
+    import time
+
+    spark = _Interruptible()
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(queries.Cancelled, match="client went away"):
+        queries.collect(spark, spark.fetch, timeout_s=60, cancel=cancel)  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 5 and len(spark.interrupted) == 1 and spark.tags == []
+
+    spark = _Interruptible()
+    with pytest.raises(queries.TimedOut, match=r"timeout of 0\.2 s"):
+        queries.collect(spark, spark.fetch, timeout_s=0.2, cancel=threading.Event())  # type: ignore[arg-type]
+    assert len(spark.interrupted) == 1
+
+    spark = _Interruptible()
+    table = pa.table({"x": [1]})
+    answered = queries.collect(spark, lambda: table, timeout_s=5, cancel=threading.Event())  # type: ignore[arg-type]
+    deadline = time.monotonic() + 3
+    while any(t.name.startswith("cdclake-query-") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the watcher outlived the answer"
+        time.sleep(0.05)
+    assert answered is table and spark.interrupted == [] and spark.tags == []
