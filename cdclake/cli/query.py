@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from cdclake.cli.output import TABLE_ROWS, Result, render
 from cdclake.config.settings import Settings
+from cdclake.lake import queries
 from cdclake.lake.queries import error_line
 from cdclake.lake.statements import AsOf, QueryError, split_statements, with_as_of
 
@@ -125,6 +126,10 @@ class QuerySession:
     say: Callable[[str], None] = dataclasses.field(default=lambda msg: print(f"[cdclake] {msg}", file=sys.stderr))
 
     def prepare(self, statement: str) -> str:
+        """``statement`` as it runs: ``<table>__history`` names a view of the row history (as in
+        the query API), and with ``as_of`` the tables it reads travel there."""
+        lake = queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, lambda *_: None)
+        queries.history_views(self.spark, statement, lake)
         if self.as_of is None:
             return statement
         stmt, read = with_as_of(

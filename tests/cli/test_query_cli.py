@@ -447,3 +447,21 @@ def test_prefers_spark_connect_and_falls_back_to_a_local_session(
         spark.catalog.setCurrentCatalog(before[0])
         if before[1]:
             spark.catalog.setCurrentDatabase(before[1])
+
+
+@pytest.mark.spark
+def test_row_history_in_cdclake_sql_as_in_the_query_api(cli: Any, lake: Lake) -> None:
+    """``<table>__history`` in ``cdclake sql``: the current rows are the table, the rows at a time
+    between the two runs are the table after the first (the reference model's, both)."""
+    at = lake.s1_ms + 1
+    between = (
+        f"_cdc_valid_from <= timestamp_millis({at}) AND (_cdc_valid_to IS NULL OR "
+        f"_cdc_valid_to > timestamp_millis({at})) AND _cdc_operation <> 'DELETE'"
+    )
+    for where, want in (("_cdc_is_current", lake.expected()), (between, lake.expected("first"))):
+        rc, out, err = cli(
+            "sql", "--format", "json", "--max-rows", "0", f"SELECT * FROM {TABLE}__history WHERE {where}"
+        )
+        assert rc == 0, err
+        got = [{k: v for k, v in r.items() if k != "_commit_timestamp"} for r in json_rows(out)]
+        assert want and not diff(want, rows_by_key(got)), where
