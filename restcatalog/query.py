@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import decimal
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -115,20 +116,11 @@ def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
 
 
 def lake_for(settings: Settings, client: auth.Client) -> queries.Lake:
+    from cdclake.lake.catalog import snapshot_at
 
-    def snapshot_at(table: str, as_of: AsOf) -> int | None:
-        from cdclake.lake.catalog import load_table
-
-        t = load_table(settings, table)
-        if t is None:
-            return None
-        if as_of.snapshot_id is not None:
-            return as_of.snapshot_id if t.snapshot_by_id(as_of.snapshot_id) is not None else None
-        assert as_of.timestamp_ms is not None
-        found = t.snapshot_as_of_timestamp(as_of.timestamp_ms)
-        return found.snapshot_id if found is not None else None
-
-    return queries.Lake(settings.catalog_name, settings.namespace, client.may_read, snapshot_at)
+    return queries.Lake(
+        settings.catalog_name, settings.namespace, client.may_read, functools.partial(snapshot_at, settings)
+    )
 
 
 async def post_query(request: Request, svc: Service) -> Response:

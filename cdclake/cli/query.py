@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import socket
@@ -24,7 +25,7 @@ from cdclake.cli.output import TABLE_ROWS, Result, render
 from cdclake.config.settings import Settings
 from cdclake.lake import queries
 from cdclake.lake.queries import error_line
-from cdclake.lake.statements import AsOf, QueryError, split_statements, with_as_of
+from cdclake.lake.statements import AsOf, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
@@ -125,31 +126,44 @@ class QuerySession:
     as_of: AsOf | None = None
     say: Callable[[str], None] = dataclasses.field(default=lambda msg: print(f"[cdclake] {msg}", file=sys.stderr))
 
-    def prepare(self, statement: str) -> str:
-        """``statement`` as it runs: ``<table>__history`` names a view of the row history (as in
-        the query API), and with ``as_of`` the tables it reads travel there."""
-        lake = queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, lambda *_: None)
-        queries.history_views(self.spark, statement, lake)
-        if self.as_of is None:
-            return statement
-        stmt, read = with_as_of(
-            statement, [self.catalog, self.settings.catalog_name], self.settings.namespace, self.as_of
-        )
-        self.say(f"as of {self.as_of.describe()}: {', '.join(read)}")
-        return stmt
+    def lake(self) -> queries.Lake:
+        """The query engine's view of the lake, without read rights (the CLI reads what its
+        catalog lets it)."""
+        from cdclake.lake.catalog import snapshot_at
+
+        at = functools.partial(snapshot_at, self.settings)
+        return queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, at)
 
     def run(self, statement: str) -> Result:
-        """Run one statement; a failure raises :class:`QueryError` with Spark's message in one line."""
-        stmt = self.prepare(statement)
-        limit = self.max_rows if self.max_rows is not None else (TABLE_ROWS if self.fmt == "table" else 0)
+        """Run one statement; a failure raises :class:`QueryError` with Spark's message in one line.
+        ``<table>__history`` names the row history, as in the query API. With ``as_of``, the
+        query runs as the query API runs it (:func:`cdclake.lake.queries.explained`): one-part
+        and qualified names read at that time, and Spark's plan checked to read every table then."""
         try:
-            df = self.spark.sql(stmt)
-            columns = list(df.columns)
-            if not columns:
-                return Result([], [])
-            table = (df.limit(limit + 1) if limit else df).toArrow()
+            if self.as_of is None:
+                queries.history_views(self.spark, statement, self.lake())
+                return self.fetch(statement)
+            try:
+                queries.check_statement(statement)
+            except queries.Refused as exc:
+                raise QueryError(f"--as-of applies to queries: {exc}") from None
+            query = queries.Query(statement, as_of=self.as_of)
+            with queries.explained(self.spark, query, self.lake()) as (stmt, plan, lake):
+                scans = queries.check_plan(plan, lake, self.as_of)
+                self.say(f"as of {self.as_of.describe()}: {', '.join(s.table for s in scans if not s.metadata)}")
+                return self.fetch(stmt)
+        except QueryError:
+            raise
         except Exception as exc:  # Spark, Iceberg, the JVM or the Connect channel: one line
             raise QueryError(error_line(exc)) from None
+
+    def fetch(self, statement: str) -> Result:
+        limit = self.max_rows if self.max_rows is not None else (TABLE_ROWS if self.fmt == "table" else 0)
+        df = self.spark.sql(statement)
+        columns = list(df.columns)
+        if not columns:
+            return Result([], [])
+        table = (df.limit(limit + 1) if limit else df).toArrow()
         values = [table.column(i).to_pylist() for i in range(table.num_columns)]
         rows = list(zip(*values, strict=True)) if values else []
         more = bool(limit) and len(rows) > limit

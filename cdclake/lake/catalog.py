@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
+    from cdclake.lake.statements import AsOf
+
 
 def io_properties(settings: Settings) -> dict[str, str]:
     """pyiceberg FileIO properties for an S3 warehouse, from the S3 settings staging shares."""
@@ -115,3 +117,16 @@ def pending_tables(
 ) -> dict[str, int]:
     """Tables with staging objects not yet consumed, and how many."""
     return dict(Counter(k.table for k in pending_objects(settings, only, store)))
+
+
+def snapshot_at(settings: Settings, table: str, as_of: AsOf) -> int | None:
+    """The id of ``table``'s snapshot at ``as_of`` (a time: the newest committed at or before it;
+    an id: itself, if the table has it); None when there is none then, or no such table."""
+    t = load_table(settings, table)
+    if t is None:
+        return None
+    if as_of.snapshot_id is not None:
+        return as_of.snapshot_id if t.snapshot_by_id(as_of.snapshot_id) is not None else None
+    assert as_of.timestamp_ms is not None
+    found = t.snapshot_as_of_timestamp(as_of.timestamp_ms)
+    return found.snapshot_id if found is not None else None

@@ -245,6 +245,20 @@ def test_as_of_reads_the_older_snapshot(cli: Any, lake: Lake) -> None:
     )
     assert rc == 0, err
     assert json_rows(out) == [{"rows": len(old), "snaps": 2}]
+    # One-part and qualified names in one query: both at the time asked (the case: the
+    # one-part name was read now while the qualified one travelled).
+    for as_of, want in ((sql_time(lake.s1_ms), old), (str(lake.s1), old), (sql_time(lake.s2_ms), new)):
+        rc, out, err = cli(
+            "sql",
+            "--format",
+            "json",
+            "--as-of",
+            as_of,
+            f"SELECT q.* FROM {lake.ns}.{TABLE} o JOIN {TABLE} q USING (_cdc_row_id)",
+        )
+        assert rc == 0, err
+        assert not diff(want, rows_by_key(json_rows(out))), as_of
+        assert len(json_rows(out)) == len(want)
 
 
 @pytest.mark.spark
@@ -299,7 +313,8 @@ def test_documented_time_travel_queries(cli: Any, lake: Lake) -> None:
         (["--as-of", "123", "SELECT * FROM {ns}.orders"], "123"),
         (["--as-of", "2000-01-01", "SELECT * FROM {ns}.orders"], "2000-01-01"),
         (["--as-of", "yesterday", "SELECT 1"], "yesterday"),
-        (["--as-of", "123", "SELECT * FROM orders"], "fully qualified"),
+        (["--as-of", "123", "SELECT * FROM orders"], "has no snapshot at that time"),
+        (["--as-of", "2000-01-01", "SELECT * FROM orders o JOIN {ns}.orders q USING (_cdc_row_id)"], "2000-01-01"),
         (["--as-of", "123", "SELECT * FROM {ns}.orders, {ns}.orders__changes"], "one table"),
         (["--as-of", "123", "DELETE FROM {ns}.orders"], "applies to queries"),
         (["--max-rows", "-1", "SELECT 1"], "max-rows"),
