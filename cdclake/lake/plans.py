@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +87,7 @@ def scan_texts(plan: str) -> list[ScanText]:
     """Every distinct Iceberg scan of an ``EXPLAIN FORMATTED`` text (a table read twice with
     different filters is two)."""
     out: list[ScanText] = []
-    for node, details in _nodes(plan):
+    for node, details in queries.plan_nodes(plan):
         found = _SCAN.search(details) if node.startswith("BatchScan ") else None
         if found is None:
             continue
@@ -100,18 +100,6 @@ def scan_texts(plan: str) -> list[ScanText]:
 
 def _int(text: str) -> int | None:
     return None if text == "null" else int(text)
-
-
-def _nodes(plan: str) -> Iterator[tuple[str, str]]:
-    node, details = "", []
-    for line in [*plan.splitlines(), "(0) END"]:
-        m = _HEADER.match(line.strip())
-        if not m:
-            details.append(line)
-            continue
-        if node:
-            yield node, "\n".join(details)
-        node, details = m.group(2), []
 
 
 def plan(spark: SparkSession, query: queries.Query, lake: queries.Lake, load: Callable[[str], Table | None]) -> Planned:

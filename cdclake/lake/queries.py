@@ -117,14 +117,9 @@ def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
     any other kind (their node names)."""
     scans: list[Scan] = []
     other: list[str] = []
-    node, details = "", []
-    for line in [*plan.splitlines(), "(0) END"]:
-        m = _HEADER.match(line.strip())
-        if not m:
-            details.append(line)
-            continue
+    for node, details in plan_nodes(plan):
         if node.startswith("BatchScan "):
-            found = _ICEBERG.search("\n".join(details))
+            found = _ICEBERG.search(details)
             if found is None:
                 other.append(node)
             else:
@@ -132,9 +127,21 @@ def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
                 scans.append(Scan(found.group(1), None if snap == "null" else int(snap)))
         elif ("Scan" in node or node.startswith("Range")) and not node.startswith(HARMLESS_SCANS):
             other.append(node)
-        node, details = m.group(2), []
     unique = list(dict.fromkeys(scans))
     return unique, other
+
+
+def plan_nodes(plan: str) -> Iterator[tuple[str, str]]:
+    """The nodes of ``EXPLAIN FORMATTED`` text, each with the lines of its details."""
+    node, details = "", []
+    for line in [*plan.splitlines(), "(0) END"]:
+        m = _HEADER.match(line.strip())
+        if not m:
+            details.append(line)
+            continue
+        if node:
+            yield node, "\n".join(details)
+        node, details = m.group(2), []
 
 
 def error_line(exc: BaseException) -> str:
