@@ -121,11 +121,14 @@ rest.cdc.orders (CDCLAKE_REST_CREDENTIAL=<id>:<secret> when the server has a tok
 Spark: the Spark Connect server at CDCLAKE_SPARK_CONNECT_URL when one answers (`cdclake up`
 runs one), else Spark in this process (~10 s to start).
 
---as-of SNAPSHOT_ID|TIME adds VERSION AS OF / TIMESTAMP AS OF after every table written
-fully qualified (lake.cdc.orders, rest.cdc.orders) in a query (SELECT, WITH); metadata tables
-(lake.cdc.orders.snapshots) and references with their own AS OF are left alone. TIME is ISO
-8601 (2026-01-01, "2026-01-01 12:00:00.250", 2026-01-01T12:00:00+02:00), UTC without an
-offset. A snapshot id belongs to one table: the statement must read only that table.
+--as-of SNAPSHOT_ID|TIME reads every table of a query (SELECT, WITH) as of then, as the query
+API's asOf: VERSION AS OF / TIMESTAMP AS OF after fully qualified names (lake.cdc.orders), a
+temporary view at that time for one-part names (orders); Spark's plan is then checked to read
+each table at its snapshot then, else the query is an error (never an answer mixing times).
+Metadata tables (lake.cdc.orders.snapshots) and references with their own AS OF are left
+alone. TIME is ISO 8601 (2026-01-01, "2026-01-01 12:00:00.250", 2026-01-01T12:00:00+02:00),
+UTC without an offset. A snapshot id belongs to one table: the statement must read only that
+table.
 
 time travel in SQL (times are UTC):
   SELECT * FROM lake.cdc.orders VERSION AS OF 4348436197468765062
