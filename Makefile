@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-rest bench-scale bench-query bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-subscribe
 
 PY := .venv/bin/python
 
@@ -64,6 +64,10 @@ bench-microbatch: setup
 # Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
 bench-compaction: setup
 	@$(PY) -m tests.bench.compaction $(ARGS)
+
+# Iceberg v2 position deletes vs v3 deletion vectors, 50 small applies each, then scans and readers: `make bench-deletes`
+bench-deletes: setup
+	@$(PY) -m tests.bench.deletes $(ARGS)
 
 # POST /v1/query (the lake client) vs one Spark Connect session vs DuckDB, point lookup and aggregate: `make bench-query`
 bench-query: setup

@@ -20,7 +20,10 @@ from spark_jobs.sqltext import col, quote_path, sql_type, string_literal
 from spark_jobs.system import KEY, MARK_CRASH, SYSTEM_COLUMNS, WORK_COLUMNS, crash
 
 PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
-TABLE_PROPERTIES = {"format-version": "2"}
+FORMAT_VERSION = "format-version"
+# v2 unless a table's options ask for 3 (TableOptions.format_version): measured in
+# tests/bench/deletes.py, see README "Deletion vectors".
+TABLE_PROPERTIES = {FORMAT_VERSION: "2"}
 
 
 def ensure_table(
@@ -95,10 +98,13 @@ def create_table(spark: SparkSession, ident: str, schema: StructType, props: dic
 
 
 def apply_options(spark: SparkSession, ident: str, schema: StructType, options: TableOptions) -> None:
-    """Merge mode as configured; configured partition fields added once their column exists
-    (partition evolution: existing files keep their old spec). Fields are never dropped here."""
+    """Merge mode as configured; the format version raised to a configured higher one (never
+    lowered); configured partition fields added once their column exists (partition evolution:
+    existing files keep their old spec). Fields are never dropped here."""
     props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
     changed = {k: v for k, v in options.properties.items() if props.get(k) != v}
+    if int(changed.get(FORMAT_VERSION, "0")) <= int(props.get(FORMAT_VERSION, "2")):
+        changed.pop(FORMAT_VERSION, None)  # an upgrade only: Iceberg never downgrades a table
     applied = json.loads(props.get(PARTITION_PROPERTY, "[]"))
     columns = {f.name.lower() for f in schema.fields}
     new = [t for t in options.partition_by if t not in applied and transform_column(t).lower() in columns]

@@ -15,6 +15,9 @@ CDCLAKE_TABLE_CONFIG.
     [tables.accounts]                       # Debezium without schemas: the source's types
     types = { balance = "decimal(38,10)", opened = "date", seen = "timestamp_ntz" }
 
+    [tables.events]
+    format_version = 3                      # opt-in: Iceberg v3 (deletion vectors); default 2
+
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
 row image to make the row's ``rowId`` (:mod:`cdclake.contracts.debezium`). Producers of the project's own
@@ -28,6 +31,12 @@ source column are in :mod:`cdclake.contracts.debezium_types`; ``cdclake debezium
 Transforms are Iceberg's Spark DDL ones: ``col`` (identity), ``years|months|days|hours(col)``
 (``day(col)`` and ``hour(col)`` also accepted), ``bucket(N, col)``, ``truncate(N, col)``;
 several make a composite spec. Errors name the file and the key.
+
+``format_version`` (2 or 3; unset: 2, :data:`spark_jobs.table.TABLE_PROPERTIES`) is the Iceberg
+format of the table. A table created with 3 keeps its merge-on-read deletes as deletion vectors;
+setting 3 for an existing v2 table upgrades it at its next apply (new deletes are deletion
+vectors, which take in the old position deletes of the data files they cover). A table is never
+downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py`` (README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ _TRANSFORM = re.compile(
 
 DEFAULT_KEY = ("id",)
 MAX_KEY_COLUMNS = 16
+FORMAT_VERSIONS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -64,10 +74,13 @@ class TableOptions:
     key: tuple[str, ...] = DEFAULT_KEY
     types: dict[str, str] = field(default_factory=dict)
     """Declared column types for events without a schema (canonical :mod:`cdclake.contracts.coltypes`)."""
+    format_version: int | None = None
+    """The Iceberg format version asked for; None: the project's default (2)."""
 
     @property
     def properties(self) -> dict[str, str]:
-        return {f"write.{op}.mode": self.merge_mode for op in ("merge", "update", "delete")}
+        modes = {f"write.{op}.mode": self.merge_mode for op in ("merge", "update", "delete")}
+        return modes | ({"format-version": str(self.format_version)} if self.format_version else {})
 
 
 @dataclass(frozen=True)
@@ -130,7 +143,7 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         raise SettingsError(f"{where} must be a table of options")
     if base is _NO_BASE and "types" in raw:
         raise SettingsError(f"{where}: types are set per table, in [tables.<name>]")
-    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types"}
+    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types", "format_version"}
     if unknown:
         raise SettingsError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}")
     mode = raw.get("merge_mode", base.merge_mode)
@@ -147,8 +160,13 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         or len(set(key)) < len(key)
     ):
         raise SettingsError(f"{where}.key must be a list of 1..{MAX_KEY_COLUMNS} distinct column names, got {key!r}")
+    version = raw.get("format_version", base.format_version)
+    if version is not None and (type(version) is not int or version not in FORMAT_VERSIONS):
+        raise SettingsError(
+            f"{where}.format_version must be one of {', '.join(map(str, FORMAT_VERSIONS))}, got {version!r}"
+        )
     partition_by = tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts)
-    return TableOptions(partition_by, mode, tuple(key), _types(raw.get("types", {}), where))
+    return TableOptions(partition_by, mode, tuple(key), _types(raw.get("types", {}), where), version)
 
 
 def load_table_config(settings: Settings) -> TableConfig:

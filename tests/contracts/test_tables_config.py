@@ -33,6 +33,15 @@ def test_per_table_options_over_defaults(tmp_path: Path) -> None:
     assert load_table_config(load({})).for_table("x") == TableOptions()
 
 
+def test_format_version_is_opt_in(tmp_path: Path) -> None:
+    p = config(tmp_path, "[defaults]\nformat_version = 3\n[tables.old]\nformat_version = 2\n")
+    cfg = load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(p)}))
+    assert cfg.for_table("new").format_version == 3
+    assert cfg.for_table("new").properties["format-version"] == "3"
+    assert cfg.for_table("old").properties["format-version"] == "2"
+    assert "format-version" not in TableOptions().properties  # unset: the project's default (v2)
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [
@@ -48,6 +57,10 @@ def test_per_table_options_over_defaults(tmp_path: Path) -> None:
         ('[tables.t]\ntypes = { a = "decimal(39,2)" }', "[tables.t].types.a: 'decimal(39,2)': decimal precision"),
         ('[tables.t]\ntypes = ["int"]', '[tables.t].types must be a table of column = "type"'),
         ('[defaults]\ntypes = { a = "int" }', "[defaults]: types are set per table"),
+        ("[tables.t]\nformat_version = 4", "[tables.t].format_version must be one of 2, 3"),
+        ('[tables.t]\nformat_version = "3"', "[tables.t].format_version must be one of 2, 3"),
+        ("[tables.t]\nformat_version = 3.0", "[tables.t].format_version must be one of 2, 3"),
+        ("[tables.t]\nformat_version = true", "[tables.t].format_version must be one of 2, 3"),
     ],
 )
 def test_config_errors_name_the_file_and_key(tmp_path: Path, text: str, words: str) -> None:

@@ -1,0 +1,75 @@
+"""The table option ``format_version``: a table made as Iceberg v3 keeps merge-on-read deletes as
+deletion vectors and applies to the reference model's rows; a v2 table whose option turns to 3
+is upgraded by its next apply, and is never downgraded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
+from cdclake.lake.catalog import load_table
+from cdclake.lake.spark import table_ident
+from spark_jobs.maintain import compact
+from tests.support import apply_all, fresh_settings, stage, table_rows
+
+pytestmark = pytest.mark.spark
+
+
+def config(path: Path, version: int | None) -> Path:
+    line = f"format_version = {version}\n" if version else ""
+    path.write_text(f'[defaults]\nmerge_mode = "merge-on-read"\n{line}')
+    return path
+
+
+def delete_formats(settings: Any) -> list[str]:
+    t = load_table(settings, "orders")
+    assert t is not None
+    return sorted({str(f["file_format"]) for f in t.inspect.files().to_pylist() if f["content"] != 0})
+
+
+def test_v3_table_applies_to_the_reference_rows(spark: Any, spark_home: Path, tmp_path: Path) -> None:
+    settings = fresh_settings(spark_home, table_config=config(tmp_path / "tables.toml", 3))
+    w = generate(events=400, seed=23, tables=("orders",), batch_size=100, duplicate_every=0, keys_per_table=150)
+    for b in w.batches:
+        stage(settings, [b])
+        apply_all(spark, settings)
+    t = load_table(settings, "orders")
+    assert t is not None and t.metadata.format_version == 3
+    assert delete_formats(settings) == ["PUFFIN"]  # deletion vectors, no position-delete files
+    got = table_rows(spark, table_ident(settings, "orders"))
+    assert not diff(expected_tables(w.batches)["orders"], got)
+    assert {r["_cdc_row_id"] for r in t.scan().to_arrow().to_pylist()} == set(got)  # pyiceberg reads the vectors
+    compact(spark, settings, "orders", min_input_files=2)  # maintenance folds the vectors back
+    spark.catalog.refreshTable(table_ident(settings, "orders"))
+    assert delete_formats(settings) == []
+    assert table_rows(spark, table_ident(settings, "orders")) == got
+
+
+def test_v2_table_upgraded_by_the_option_never_downgraded(spark: Any, spark_home: Path, tmp_path: Path) -> None:
+    cfg = config(tmp_path / "tables.toml", None)
+    settings = fresh_settings(spark_home, table_config=cfg)
+    w = generate(events=600, seed=29, tables=("orders",), batch_size=100, duplicate_every=0, keys_per_table=200)
+    third = len(w.batches) // 3
+    ident = table_ident(settings, "orders")
+
+    def apply(batches: list[dict[str, Any]]) -> int:
+        for b in batches:
+            stage(settings, [b])
+            apply_all(spark, settings)
+        t = load_table(settings, "orders")
+        assert t is not None
+        return t.metadata.format_version
+
+    assert apply(w.batches[:third]) == 2
+    assert delete_formats(settings) == ["PARQUET"]  # v2 position deletes
+    config(cfg, 3)
+    assert apply(w.batches[third : 2 * third]) == 3
+    assert "PUFFIN" in delete_formats(settings)  # new deletes are deletion vectors
+    assert not diff(expected_tables(w.batches[: 2 * third])["orders"], table_rows(spark, ident))
+    config(cfg, 2)
+    assert apply(w.batches[2 * third :]) == 3  # left as it is, the apply goes on
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))
