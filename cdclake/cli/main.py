@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -110,6 +111,24 @@ def up(settings: Settings) -> int:
     return 0
 
 
+def status(settings: Settings, fmt: str) -> int:
+    """The supervisor's view of the running stack (cdclake.dev.supervise); 1 when none runs."""
+    from cdclake.cli.output import Result, render
+    from cdclake.dev.supervise import alive, read_status
+
+    doc = read_status(settings.home / "logs")
+    if doc is None:
+        print(f"[cdclake] no stack is running from {settings.home} (`cdclake up` starts one)", file=sys.stderr)
+        return 1
+    rows = []
+    for name, c in sorted(doc["components"].items()):
+        state = c["state"] if alive(c["pid"]) or c["state"] == "restarting" else "down"
+        up_s = int(time.time() - c["since"])
+        rows.append((name, c["pid"], state, c["restarts"], c["lastExit"] or "", up_s))
+    render(Result(["component", "pid", "state", "restarts", "last_exit", "up_s"], rows), fmt, sys.stdout)
+    return 0
+
+
 SQL_HELP = """\
 statements: each argument, and -f FILE (- for stdin), may hold several, separated by ';'.
 Without statements: an interactive shell (statements end with ';'; quit, exit or Ctrl-D).
@@ -178,6 +197,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
     s.add_argument("--format", choices=FORMATS, default="table")
     sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
+    st = sub.add_parser("status", help="each component of the running `cdclake up`/`demo` stack: pid, state, restarts")
+    st.add_argument("--format", choices=FORMATS, default="table")
     i = sub.add_parser(
         "init",
         help="create/migrate buckets, the Iceberg catalog, producer tokens (CDCLAKE_TOKENS_FILE), "
@@ -196,6 +217,7 @@ COMMANDS: dict[str, Command] = {
     "tables": lambda args, settings, spark: tables(settings, args.format),
     "snapshots": lambda args, settings, spark: snapshots(settings, args.table, args.format),
     "rest": lambda args, settings, spark: rest(),
+    "status": lambda args, settings, spark: status(settings, args.format),
     "init": lambda args, settings, spark: init(args, settings),
     "debezium": lambda args, settings, spark: debezium_cmd.run(args, settings),
 }

@@ -174,6 +174,11 @@ def login_hint(stack: Any) -> str:
 
 
 def wait_forever(stack: Any) -> None:
-    while True:
-        stack._assert_running()
-        time.sleep(2)
+    """Keep the stack's components running (restarted when one dies) until Ctrl-C."""
+    from cdclake.dev.supervise import Supervisor
+
+    supervisor = Supervisor(stack)
+    try:
+        supervisor.run()
+    finally:
+        supervisor.close()

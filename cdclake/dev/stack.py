@@ -78,6 +78,7 @@ class LocalStack:
         self.airflow_home = settings.home / "airflow"
         self.logs = settings.home / "logs"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._specs: dict[str, tuple[list[str], dict[str, str] | None]] = {}
         self._log = log or sys.stdout
         self._client: AirflowClient | None = None
         self._env: dict[str, str] | None = None
@@ -177,6 +178,7 @@ class LocalStack:
     # -------------------------------------------------------------- processes
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        self._specs[name] = (cmd, env)
         self.logs.mkdir(parents=True, exist_ok=True)
         out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         self.procs[name] = subprocess.Popen(
@@ -189,6 +191,10 @@ class LocalStack:
             start_new_session=True,
         )
         out.close()
+
+    def respawn(self, name: str) -> None:
+        """Start component ``name`` again, as it was first started (:mod:`cdclake.dev.supervise`)."""
+        self._spawn(name, *self._specs[name])
 
     def _check_ports(self) -> None:
         s = self.settings

@@ -37,7 +37,7 @@ def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | No
 
 
 @contextlib.contextmanager
-def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
+def running_stack(home: Path, dags_paused: bool = False, **overrides: Any) -> Iterator[Any]:
     """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
     from cdclake.dev.stack import LocalStack, free_port
 
@@ -49,7 +49,7 @@ def running_stack(home: Path, **overrides: Any) -> Iterator[Any]:
         spark_connect_url=f"sc://127.0.0.1:{free_port()}",
         **overrides,
     )
-    s = LocalStack(settings)
+    s = LocalStack(settings, dags_paused=dags_paused)
     with s:
         yield s
     assert not s.procs
