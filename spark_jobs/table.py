@@ -21,9 +21,11 @@ from spark_jobs.system import KEY, MARK_CRASH, SYSTEM_COLUMNS, WORK_COLUMNS, cra
 
 PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
 FORMAT_VERSION = "format-version"
-# v2 unless a table's options ask for 3 (TableOptions.format_version): measured in
-# tests/bench/deletes.py, see README "Deletion vectors".
-TABLE_PROPERTIES = {FORMAT_VERSION: "2"}
+TABLE_PROPERTIES = {FORMAT_VERSION: "2"}  # side tables: append-only, nothing for v3 to improve
+# A new CDC table is v3 unless its options say 2: its merge-on-read deletes become deletion
+# vectors, faster to apply and to read (tests/bench/deletes.py, README "Deletion vectors"). An
+# existing table keeps its version unless its options ask for a higher one.
+CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3"}
 
 
 def ensure_table(
@@ -61,7 +63,8 @@ def ensure_table(
             for f in wanted
             if f.name in SYSTEM_COLUMNS or (f.name in top and f.name not in fills)
         ]
-        props = {**TABLE_PROPERTIES, **(options or TableOptions()).properties}
+        base = TABLE_PROPERTIES if options is None else CDC_TABLE_PROPERTIES
+        props = {**base, **(options or TableOptions()).properties}
         create_table(spark, ident, StructType(fields), props, key)
         target, adds = spark.table(ident).schema, [((c,), top[c]) for c in fills]
     have = {f.name for f in target.fields}

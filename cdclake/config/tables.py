@@ -16,7 +16,7 @@ CDCLAKE_TABLE_CONFIG.
     types = { balance = "decimal(38,10)", opened = "date", seen = "timestamp_ntz" }
 
     [tables.events]
-    format_version = 3                      # opt-in: Iceberg v3 (deletion vectors); default 2
+    format_version = 3                      # upgrade an existing v2 table (new tables are v3)
 
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
@@ -32,8 +32,9 @@ Transforms are Iceberg's Spark DDL ones: ``col`` (identity), ``years|months|days
 (``day(col)`` and ``hour(col)`` also accepted), ``bucket(N, col)``, ``truncate(N, col)``;
 several make a composite spec. Errors name the file and the key.
 
-``format_version`` (2 or 3; unset: 2, :data:`spark_jobs.table.TABLE_PROPERTIES`) is the Iceberg
-format of the table. A table created with 3 keeps its merge-on-read deletes as deletion vectors;
+``format_version`` (2 or 3; unset: 3 for a table created now,
+:data:`spark_jobs.table.CDC_TABLE_PROPERTIES`, and an existing table's own) is the Iceberg format
+of the table. A v3 table keeps its merge-on-read deletes as deletion vectors;
 setting 3 for an existing v2 table upgrades it at its next apply (new deletes are deletion
 vectors, which take in the old position deletes of the data files they cover). A table is never
 downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py`` (README, Benchmarks).
@@ -75,7 +76,7 @@ class TableOptions:
     types: dict[str, str] = field(default_factory=dict)
     """Declared column types for events without a schema (canonical :mod:`cdclake.contracts.coltypes`)."""
     format_version: int | None = None
-    """The Iceberg format version asked for; None: the project's default (2)."""
+    """The Iceberg format version asked for; None: 3 for a new table, an existing one's own."""
 
     @property
     def properties(self) -> dict[str, str]:
