@@ -123,7 +123,12 @@ def add_parser(sub: Any) -> None:
     tok.add_argument("--token-env", metavar="VAR", help="environment variable with the producer token")
     tok.add_argument("--token-file", type=Path, metavar="PATH", help="file holding the producer token")
     rc.add_argument("--name", help="Debezium's topic.prefix, the source id without tokens (default: --database)")
-    rc.add_argument("--batch-max-size", type=int, default=dc.BATCH_MAX_SIZE, help="events per request (default 200)")
+    rc.add_argument(
+        "--batch-max-size",
+        type=int,
+        default=dc.BATCH_MAX_SIZE,
+        help=f"events per request (default {dc.BATCH_MAX_SIZE})",
+    )
     rc.add_argument(
         "--retries", type=int, default=dc.RETRIES, help="attempts per request, then Debezium stops (default 360)"
     )

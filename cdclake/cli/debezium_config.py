@@ -57,11 +57,19 @@ DEFAULT_HTTP_PORT = 8089
 
 # Recommended sink settings (the defaults of :class:`Sink`, so of ``cdclake debezium``).
 #
-# Batching: measured with tests/bench/debezium.py (README, "Debezium Server's HTTP sink"), one
-# event per request (Debezium's default) moved 11 events/s against the receiver's per-producer
-# rate limit; 200 events per request 975 events/s. 200 also keeps a request small next to
-# CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB: rows up to ~160 KiB), which the sink cannot split.
-BATCH_MAX_SIZE = 200
+# Batching: the receiver's per-producer token bucket counts requests (CDCLAKE_RATE_LIMIT_BURST 50,
+# CDCLAKE_RATE_LIMIT_PER_S 10), and the sink answers its 429 with the fixed retry pause below (it
+# does not read Retry-After). So events/s are capped at about 10 x batch.max-size: at 200 a large
+# transaction landed 1,810 events/s (README, "Debezium Server's HTTP sink": tests/bench/debezium_update.py),
+# the time of a request being the bucket's, not the sink's nor the receiver's (~15 ms each for 200
+# events with schemas, measured from the receiver's log with the limit off). One event per
+# request (Debezium's default) moved 11 events/s. 1024 is half of a full poll (the connector's
+# max.batch.size, 2048), so a poll goes in two equal requests, no short tail request costing a
+# token; 100,000 changes are 98 requests, within what the bucket allows in the ~8 s they take.
+# The price is the largest row: a request must stay under CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB),
+# which the sink cannot split (it stops on a 413), so rows up to ~30 KiB with the schema
+# (--batch-max-size 200 for wider rows: ~160 KiB).
+BATCH_MAX_SIZE = 1024
 # Retries: the sink (3.6.0.Final, HttpChangeConsumer) treats every non-2xx answer and every I/O
 # error (connection refused, timeout) alike: it sleeps retry.interval.ms, a fixed pause that
 # ignores Retry-After, posts the same events again, and after `retries` attempts in all throws,

@@ -122,7 +122,7 @@ def test_writes_properties_java_reads_with_the_recommended_settings(
     assert pg["debezium.source.table.include.list"] == "public\\.customers,public\\.order_lines"
     assert pg["debezium.source.message.key.columns"] == "public\\.order_lines:order_id,line_no"
     assert pg["debezium.source.topic.prefix"] == "shop"  # --name defaults to --database
-    recommended = {"retries": "360", "retry.interval.ms": "5000", "batch.enabled": "true", "batch.max-size": "200"}
+    recommended = {"retries": "360", "retry.interval.ms": "5000", "batch.enabled": "true", "batch.max-size": "1024"}
     assert {k: pg[f"debezium.sink.http.{k}"] for k in recommended} == recommended
     assert pg["quarkus.http.port"] == "8089"  # not Airflow's 8080
     # The offsets live in data/ beside config/ (Debezium Server's working directory), created.

@@ -115,7 +115,22 @@ def test_recommended_retries_outlast_the_receivers_backpressure(tmp_path: Path) 
     assert sink.retries * sink.retry_interval_ms >= 30 * 60 * 1000
     p = properties(PG, sink, name="shop", state_dir=Path("/s"))
     assert (p["debezium.sink.http.retries"], p["debezium.sink.http.retry.interval.ms"]) == ("360", "5000")
-    assert (p["debezium.sink.http.batch.enabled"], p["debezium.sink.http.batch.max-size"]) == ("true", "200")
+    assert (p["debezium.sink.http.batch.enabled"], p["debezium.sink.http.batch.max-size"]) == ("true", "1024")
+
+
+def test_recommended_batches_carry_a_large_transaction_within_the_receivers_rate_limit(tmp_path: Path) -> None:
+    """The receiver's token bucket counts requests, and the sink answers its 429 with the fixed
+    retry pause (5 s; Retry-After is not read): issue 16's 100,000-row UPDATE must go in requests
+    the default bucket allows within 15 s (30 s to visible, less the apply), or it waits out pauses
+    (at 200 events per request it landed 1,810 events/s). A full poll of the connector
+    (max.batch.size 2048) goes in whole requests, and rows of 30 KiB with their schema still fit
+    the receiver's body limit, which the sink cannot split."""
+    settings = make_settings(tmp_path)
+    batch = Sink("http://rcv").batch_max_size
+    allowed = settings.rate_limit_burst + settings.rate_limit_per_s * 15
+    assert allowed * batch >= 100_000
+    assert 2048 % batch == 0
+    assert settings.max_debezium_body_bytes // batch >= 32 * 1024
 
 
 def test_key_toml_round_trips_through_the_table_config(tmp_path: Path) -> None:
