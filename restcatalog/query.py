@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from cdclake.config.settings import Settings
 from cdclake.lake import queries
+from cdclake.lake.spark import connect_failed
 from cdclake.lake.statements import AsOf, QueryError, parse_as_of
 from restcatalog import auth
 from restcatalog.errors import IcebergError, bad_request, forbidden
@@ -91,7 +92,7 @@ class SessionPool:
             yield spark
             reusable = True
         except Exception as exc:
-            reusable = not engine_failed(exc)  # the statement's error: the session is fine
+            reusable = not connect_failed(exc)  # the statement's error: the session is fine
             raise
         finally:
             # A session that failed otherwise (the server restarted, say) is dropped, not stopped.
@@ -198,15 +199,9 @@ def spark_error(exc: Exception) -> Exception:
     if not isinstance(exc, PySparkException):
         return exc
     line = queries.error_line(exc)
-    if engine_failed(exc):
+    if connect_failed(exc):
         return IcebergError(503, "ServiceUnavailableException", f"the query engine is not reachable: {line}")
     return bad_request(line)
-
-
-def engine_failed(exc: BaseException) -> bool:
-    """Spark Connect itself failed (unreachable, restarted), not the statement."""
-    status = getattr(exc, "getGrpcStatusCode", None)
-    return status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 
 def arrow_stream(table: pa.Table) -> bytes:

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from cdclake.config.secretfile import read_or_create, write_private
 from cdclake.config.settings import Settings, SettingsError, jdbc_credentials
@@ -303,9 +303,16 @@ def connect_server_env(settings: Settings) -> dict[str, str]:
     return {CONNECT_TOKEN_ENV: token} if token else {}
 
 
-def connect_session(url: str, token: str = "") -> SparkSession:
+def connect_failed(exc: BaseException) -> bool:
+    """Spark Connect itself failed (unreachable, restarted), not the statement."""
+    status = getattr(exc, "getGrpcStatusCode", None)
+    return status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
+
+
+def connect_session(url: str, token: str = "", retry: dict[str, Any] | None = None) -> SparkSession:
     """A new Spark Connect session on the server at ``url`` (its own temp views and conf),
-    sending ``token`` as ``Authorization: Bearer`` with every call."""
+    sending ``token`` as ``Authorization: Bearer`` with every call. ``retry``: pyspark's
+    ``DefaultPolicy`` arguments for a server out of reach (its default waits at least 10 minutes)."""
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -328,6 +335,11 @@ def connect_session(url: str, token: str = "") -> SparkSession:
     # Connect columns only in a process marked as a Spark Connect client.
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     spark: SparkSession = ConnectSession.builder.channelBuilder(builder).create()  # type: ignore[assignment]
+    if retry is not None:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        client: Any = cast(Any, spark).client
+        client.set_retry_policies([DefaultPolicy(**retry)])
     return spark
 
 

@@ -16,8 +16,10 @@ stored in Airflow's database (XCom) and shown in its UI: they never hold a crede
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -88,6 +90,41 @@ def run_job(spark: SparkSession, module: str, argv: Sequence[str]) -> dict[str, 
     return out
 
 
+CONNECT_RETRY = {"max_retries": 8, "initial_backoff": 50, "backoff_multiplier": 4.0, "max_backoff": 10_000}
+"""A task's wait for a Spark Connect server out of reach: ~45 s (pyspark's default: 10 minutes).
+A server that restarted has lost the task's session anyway; the task fails and says why, and the
+next run applies what this one did not."""
+
+
+def run_on_connect(
+    settings: Settings, module: str, argv: Sequence[str], retry: dict[str, Any] = CONNECT_RETRY
+) -> dict[str, Any]:
+    """:func:`run_job` in a session on the Connect server; losing the server is a RuntimeError
+    that names it and where to look, for the task log."""
+    from cdclake.lake.queries import error_line
+    from cdclake.lake.spark import connect_failed, connect_session, connect_token
+
+    url = settings.spark_connect_url
+    try:
+        spark = connect_session(url, connect_token(settings), retry)
+        try:
+            return run_job(spark, module, argv)
+        finally:
+            with contextlib.suppress(Exception):
+                spark.stop()
+    except Exception as exc:
+        if not connect_failed(exc):
+            raise
+        # gRPC's text is a multi-line dump of the call: its status and details say what happened.
+        details = re.search(r'details = "([^"]*)"', str(exc))
+        why = details.group(1) if details else error_line(exc)
+        status = exc.getGrpcStatusCode().name  # type: ignore[attr-defined]
+        raise RuntimeError(
+            f"lost the Spark Connect server at {url} (down or restarted; `cdclake status`, "
+            f"$CDCLAKE_HOME/logs/spark-connect.log): {status}: {why}"
+        ) from exc
+
+
 def spark_job_operator(
     task_id: str, max_active: int, connect_max_active: int | None = None, settings: Settings | None = None
 ) -> Any:
@@ -105,14 +142,7 @@ def spark_job_operator(
 
         @task(task_id=task_id, max_active_tis_per_dagrun=parallel)
         def run(module: str, argv: list[str]) -> dict[str, Any]:
-            from cdclake.lake.spark import connect_session, connect_token
-
-            s = load()  # the task's own environment, where the token is
-            spark = connect_session(s.spark_connect_url, connect_token(s))
-            try:
-                return run_job(spark, module, argv)
-            finally:
-                spark.stop()
+            return run_on_connect(load(), module, argv)  # the task's own environment, where the token is
 
         return run
 
