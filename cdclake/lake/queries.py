@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.contracts.events import CHANGES_SUFFIX, HISTORY_SUFFIX
 from cdclake.contracts.names import quote
+from cdclake.lake import relations
 from cdclake.lake.statements import AsOf, QueryError, history_sql, split_statements, tokens, with_as_of
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class Scan:
 
     @property
     def metadata(self) -> bool:
-        return self.table.count(".") > 2
+        """A metadata table (``lake.cdc.orders.snapshots``); the plan prints names unquoted."""
+        return self.table.count(".") > 2 and self.table.rsplit(".", 1)[1].lower() in relations.METADATA_TABLES
 
 
 @dataclass
@@ -109,7 +111,8 @@ def check_statement(sql: str) -> str:
 
 
 _HEADER = re.compile(r"^\((\d+)\) (.+?)\s*$")
-_ICEBERG = re.compile(r"IcebergScan\(table=([^,\s]+),.*?snapshotId=(\d+|null)")
+# Up to the fixed field after it: a table name may hold commas and spaces.
+_ICEBERG = re.compile(r"IcebergScan\(table=(.+?), schemaId=(?:\d+|null), snapshotId=(\d+|null)")
 
 
 def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
@@ -198,6 +201,7 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
         if query.as_of is not None:
             statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
         args: Any = query.params
+        check_touched(spark, statement, args, lake)
         row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
         plan = str(row[0]) if row else ""
         if plan.startswith(PLANNING_FAILED):
@@ -206,6 +210,32 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
+
+
+def check_touched(spark: SparkSession, statement: str, args: Any, lake: Lake) -> None:
+    """Forbidden (Refused for another catalog) when the statement touches a table the client may
+    not read, known or not, before any answer or error of Spark's can say something about it: the
+    relations of the analyzed plan (:mod:`cdclake.lake.relations`); when EXPLAIN could not show
+    one, any word of the statement naming such a table. A statement that failed analysis then
+    raises Spark's error."""
+    row = spark.sql("EXPLAIN EXTENDED " + statement, args=args).first()
+    found = relations.touched(str(row[0]) if row else "")
+    if found is None:
+        shown = spark.sql(f"SHOW TABLES IN {quote(lake.catalog)}.{quote(lake.namespace)}").collect()
+        for word in sorted(names_in(statement) & {str(r["tableName"]).lower() for r in shown}):
+            if not lake.may_read(lake.namespace, word):
+                raise Forbidden(f"this client may not read {lake.namespace}.{word}")
+        return
+    home = f"{lake.catalog}.{lake.namespace}".lower()
+    for name in found.resolved + found.unresolved:
+        t = relations.table_of(name, lake.catalog, lake.namespace)
+        if t is None and name in found.resolved:
+            raise Refused(f"the query reads {'.'.join(name)}: only the tables of {home} can be read here")
+        if t is None or not lake.may_read(*t):
+            shown_as = ".".join(t).lower() if t else ".".join(name).lower()
+            raise Forbidden(f"this client may not read {shown_as}")
+    if found.failed:
+        planning_error(spark, statement, args, lake, "")
 
 
 def planning_error(spark: SparkSession, statement: str, args: Any, lake: Lake, plan: str) -> None:
@@ -236,21 +266,25 @@ def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:
         raise Refused(f"the query reads {other[0].split(' [')[0]}: only the tables of {home} can be read here")
     if calls := java_calls(plan):
         raise Refused(f"function {calls[0]} calls Java methods and is not allowed here")
+    prefix = home + "."
     for s in scans:
-        parts = s.table.split(".")
-        if ".".join(parts[:2]).lower() != home or len(parts) < 3:
+        if not s.table.lower().startswith(prefix) or len(s.table) == len(prefix):
             raise Refused(f"the query reads {s.table}: only the tables of {home} can be read here")
-        if not lake.may_read(parts[1], parts[2]):
-            raise Forbidden(f"this client may not read {parts[1]}.{parts[2]}")
+        # The plan prints the name unquoted: what follows the namespace is the table (dots and
+        # all), less a metadata table's suffix. The analyzed plan's names (check_touched) are exact.
+        table = s.table[len(prefix) :]
+        table = table.rsplit(".", 1)[0] if s.metadata else table
+        if not lake.may_read(lake.namespace, table):
+            raise Forbidden(f"this client may not read {lake.namespace}.{table}")
         if as_of is None or s.metadata:
             continue  # a metadata table describes every snapshot: it has no time to travel to
-        want = lake.snapshot_at(parts[2], as_of)
+        want = lake.snapshot_at(table, as_of)
         if want is None:
-            raise Refused(f"asOf {as_of.describe()}: {parts[1]}.{parts[2]} has no snapshot at that time")
+            raise Refused(f"asOf {as_of.describe()}: {lake.namespace}.{table} has no snapshot at that time")
         if s.snapshot_id != want:
             raise Refused(
-                f"asOf {as_of.describe()}: the query would read {parts[2]} at snapshot {s.snapshot_id}, not at "
-                f"{want} (its snapshot then); name it {parts[2]} or {lake.catalog}.{lake.namespace}.{parts[2]}"
+                f"asOf {as_of.describe()}: the query would read {table} at snapshot {s.snapshot_id}, not at "
+                f"{want} (its snapshot then); name it {table} or {lake.catalog}.{lake.namespace}.{table}"
             )
     return scans
 
@@ -289,6 +323,8 @@ def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
     made = []
     for name in sorted(w for w in names_in(statement) if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
         table = name.removesuffix(HISTORY_SUFFIX)
+        if not lake.may_read(lake.namespace, table + CHANGES_SUFFIX):
+            continue  # not even whether it exists: the name stays unresolved, and Forbidden
         if spark.catalog.tableExists(f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(table + CHANGES_SUFFIX)}"):
             body = history_sql(lake.catalog, lake.namespace, table)
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS {body}")

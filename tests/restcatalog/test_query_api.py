@@ -513,3 +513,89 @@ def test_a_query_is_interrupted_when_cancelled_or_past_its_timeout_and_not_other
         assert time.monotonic() < deadline, "the watcher outlived the answer"
         time.sleep(0.05)
     assert answered is table and spark.interrupted == [] and spark.tags == []
+
+
+@pytest.mark.spark
+def test_nothing_about_a_table_outside_the_rights_comes_back(spark: Any, lake: Lake, tmp_path: Path) -> None:
+    """Reads the optimizer removes (``WHERE false``, ``LIMIT 0``) still need the right; an error
+    about such a table (a wrong column: Spark would list its columns) is the 403 a missing table
+    gets; a row history outside the rights is a missing one; a table whose name holds a dot is
+    not the table before the dot."""
+    ns = lake.settings.namespace
+    spark.sql(f"CREATE TABLE {lake.ns}.hidden (id BIGINT, ssn STRING) USING iceberg")
+    spark.sql(f"INSERT INTO {lake.ns}.hidden VALUES (1, 'x')")
+    spark.sql(f"CREATE TABLE {lake.ns}.`hidden.x` (id BIGINT) USING iceberg")
+    spark.sql(f"INSERT INTO {lake.ns}.`hidden.x` VALUES (7)")
+    f = tmp_path / "tokens.toml"
+    f.write_text(
+        '[[client]]\nid = "some"\naccess = "read"\ntoken = "t-some"\n'
+        f'tables = ["{ns}.{TABLE}", "{ns}.hidden"]\n'
+        '[[client]]\nid = "none"\naccess = "read"\ntoken = "t-none"\n'
+        f'tables = ["{ns}.{TABLE}"]\n'
+    )
+    settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
+    some, none = {"Authorization": "Bearer t-some"}, {"Authorization": "Bearer t-none"}
+    with TestClient(create_app(settings, sessions(spark))) as api:
+
+        def ask(sql: str, who: dict[str, str], path: str = "/v1/query") -> tuple[int, str]:
+            r = api.post(path, json={"sql": sql}, headers=who)
+            return r.status_code, r.text
+
+        assert ask("SELECT * FROM hidden WHERE 1 = 0", some)[0] == 200  # the right: answered
+        for sql in ("SELECT * FROM hidden WHERE 1 = 0", "SELECT * FROM hidden LIMIT 0", "SELECT zzz FROM hidden"):
+            for path in ("/v1/query", "/v1/query/plan"):
+                status, text = ask(sql, none, path)
+                assert status == 403 and "ssn" not in text, (sql, path, text)
+                assert ask(sql.replace("hidden", "nothere"), none, path) == (
+                    403,
+                    text.replace(f"{ns}.hidden", f"{ns}.nothere"),
+                ), (sql, path)
+        f.write_text(f.read_text().replace(f'tables = ["{ns}.{TABLE}"]\n', f'tables = ["{ns}.zzz"]\n', 1))
+    settings = Settings(**{**lake.settings.__dict__, "rest_tokens_file": f})
+    with TestClient(create_app(settings, sessions(spark))) as api:
+        # orders has a change history, nothere none: the same answer for both.
+        for name in (TABLE, "nothere"):
+            r = api.post("/v1/query", json={"sql": f"SELECT * FROM {name}__history"}, headers=some)
+            assert r.status_code == 403 and f"may not read {ns}.{name}__history" in r.text, r.text
+        r = api.post("/v1/query", json={"sql": "SELECT * FROM `hidden.x`"}, headers=some)
+        assert r.status_code == 403 and f"may not read {ns}.hidden.x" in r.text, r.text
+        assert api.post("/v1/query", json={"sql": "SELECT * FROM hidden"}, headers=some).status_code == 200
+
+
+EXTENDED = """== Parsed Logical Plan ==
+CTE [c]
+:  +- 'SubqueryAlias c
+:     +- 'UnresolvedRelation [secret], [], false
++- 'Project [*]
+   +- 'UnresolvedRelation [c], [], false
+
+== Analyzed Logical Plan ==
+org.apache.spark.sql.AnalysisException: [UNRESOLVED_COLUMN.WITH_SUGGESTION] ... Did you mean [`id`, `ssn`];
+'Project ['zzz]
++- SubqueryAlias lake.cdc.secret
+   +- RelationV2[id#31L, we] ird x#32] lake.cdc.`a.b``c` VERSION AS OF '17'
+   +- RelationV2[committed_at#8] lake.cdc.secret.snapshots
+   +- 'UnresolvedRelation [cdc, nope], [], false
+   +- 'UnresolvedRelation [c], [], false
+
+== Optimized Logical Plan ==
+RelationV2[id#1L] lake.cdc.other
+"""
+
+
+def test_touched_relations_from_the_analyzed_plan() -> None:
+    from cdclake.lake import relations
+
+    got = relations.touched(EXTENDED)
+    assert got is not None and got.failed
+    assert got.resolved == [
+        ["lake", "cdc", "a.b`c"],
+        ["lake", "cdc", "secret", "snapshots"],
+    ]  # not the optimized plan's
+    assert got.unresolved == [["cdc", "nope"]]  # c is the statement's own CTE
+    assert relations.table_of(["lake", "cdc", "secret", "snapshots"], "lake", "cdc") == ("cdc", "secret")
+    assert relations.table_of(["lake", "cdc", "a.b`c"], "lake", "cdc") == ("cdc", "a.b`c")
+    assert relations.table_of(["lake", "cdc", "orders", "t"], "lake", "cdc") == ("cdc.orders", "t")
+    assert relations.table_of(["spark_catalog", "default", "t"], "lake", "cdc") is None
+    assert relations.table_of(["t"], "lake", "cdc") == ("cdc", "t")
+    assert relations.touched("Error occurred during query planning: \n...") is None
