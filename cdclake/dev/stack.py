@@ -334,6 +334,8 @@ class LocalStack:
             self._client = None
         victims: list[psutil.Process] = []
         for p in self.procs.values():
+            if p.returncode is not None:
+                continue  # dead, its group killed by the supervisor: its pid may be another's now
             try:
                 proc = psutil.Process(p.pid)
                 victims += [proc, *proc.children(recursive=True)]

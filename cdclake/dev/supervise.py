@@ -1,12 +1,13 @@
 """Keeps the embedded stack's components running (:class:`cdclake.dev.stack.LocalStack`).
 
 A component that exits (Spark Connect, the Airflow api-server, scheduler or dag-processor, the
-REST catalog, a receiver) is started again with the same command and environment, after a backoff
-that doubles per restart in a row (1 s up to 60 s) and starts over once it has stayed up for
-:data:`HEALTHY_S`. Each exit and restart is said on the stack's output and in
-``$CDCLAKE_HOME/logs/supervisor.log`` with its cause (exit code or signal). The others go on: the
-receiver keeps acknowledging batches durably while Spark Connect or Airflow is down, and what
-landed meanwhile is applied by the next ``cdc_apply`` run.
+REST catalog, a receiver) is started again with the same command and environment, after a
+backoff that doubles per restart in a row (1 s up to 60 s) and starts over once it has stayed up
+for :data:`HEALTHY_S`; what it left running (its process group) is killed when its exit is seen.
+Each exit and restart is said on the stack's output and in ``$CDCLAKE_HOME/logs/supervisor.log``
+with its cause (exit code or signal). The others go on: the receiver keeps acknowledging batches
+durably while Spark Connect or Airflow is down, and what landed meanwhile is applied by the next
+``cdc_apply`` run.
 
 ``$CDCLAKE_HOME/logs/stack.json`` holds each component's state for ``cdclake status``; it is
 written on every change and removed when the stack stops.
@@ -81,14 +82,15 @@ class Supervisor:
                     st.step = 0
                 continue
             if st.restart_at is None:
+                # Its own session (LocalStack starts each in one): what it left running goes now,
+                # while the group id cannot have been reused (a member still holds it).
+                with contextlib.suppress(OSError):
+                    os.killpg(p.pid, signal.SIGKILL)
                 delay = BACKOFF_S[min(st.step, len(BACKOFF_S) - 1)]
                 st.last_exit, st.restart_at = cause(code), now + delay
                 self._say(f"{name} {st.last_exit}; starting it again in {delay:g}s (restart {st.restarts + 1})")
                 changed = True
             elif now >= st.restart_at:
-                # Its own session (LocalStack starts each in one): what it left running goes too.
-                with contextlib.suppress(OSError):
-                    os.killpg(p.pid, signal.SIGKILL)
                 self.stack.respawn(name)
                 st.restarts, st.step, st.since, st.restart_at = st.restarts + 1, st.step + 1, time.time(), None
                 self._say(f"{name} started again (pid {self.stack.procs[name].pid}); log: {self.stack.logs / name}.log")

@@ -221,21 +221,24 @@ def _conjunction(reading: list[Node], columns: Mapping[str, Column], ignored: li
     return out
 
 
-def _node(node: Node, columns: Mapping[str, Column], ignored: list[str]) -> BooleanExpression | None:
+def _node(
+    node: Node, columns: Mapping[str, Column], ignored: list[str], negated: bool = False
+) -> BooleanExpression | None:
     """``node`` as an expression; None where it is not understood (read as true, so a NOT or
-    an OR over it is not understood either, an AND keeps its other side)."""
+    an OR over it is not understood either; an AND keeps its other side, but not under a NOT:
+    NOT (x AND y) is wider than NOT y)."""
     from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, And, Not, Or
 
     kind = node[0]
     if kind == "const":
         return AlwaysTrue() if node[1] else AlwaysFalse()
     if kind == "not":
-        inner = _node(node[1], columns, ignored)
+        inner = _node(node[1], columns, ignored, not negated)
         return None if inner is None else Not(inner)
     if kind in ("and", "or"):
-        a, b = _node(node[1], columns, ignored), _node(node[2], columns, ignored)
-        if kind == "or":
-            return None if a is None or b is None else Or(a, b)
+        a, b = _node(node[1], columns, ignored, negated), _node(node[2], columns, ignored, negated)
+        if kind == "or" or negated:
+            return None if a is None or b is None else (Or(a, b) if kind == "or" else And(a, b))
         return b if a is None else a if b is None else And(a, b)
     got = _predicate(node, columns)
     if got is None:
