@@ -21,7 +21,9 @@ def main(spark: Any, argv: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.server
-def test_a_lost_connect_server_fails_the_task_soon_and_says_so(tmp_path: Path) -> None:
+def test_a_lost_connect_server_fails_the_task_soon_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # connect_session marks the process a Connect client; undone after, for the classic sessions.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
     url = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
     settings = make_settings(tmp_path, spark_connect_url=url)
     quick = {**submit.CONNECT_RETRY, "max_retries": 2, "max_backoff": 200}
