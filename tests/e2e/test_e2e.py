@@ -17,6 +17,7 @@ from cdclake.dev.reference import diff, expected_tables, rows_by_key
 from cdclake.dev.stack import LocalStack
 from cdclake.dev.workload import generate
 from tests.support import attach_catalog, running_stack, staged_event_count, table_rows
+from tests.support.lake import view
 from tests.support.rest import counter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
@@ -141,13 +142,7 @@ def test_the_stacks_change_feed_rebuilds_the_table_from_any_resume_point(stack: 
         streamed = list(itertools.islice(db.subscribe(["orders"]), len(read)))
     assert [c["cursor"] for c in streamed] == [c["cursor"] for c in read]
     assert len({(c["source"], c["sequence"]) for c in read}) == len(read)
-    view: dict[str, dict[str, Any]] = {}
-    for c in read:
-        if c["operation"] == "DELETE":
-            view.pop(c["key"], None)
-        else:
-            view[c["key"]] = {"_cdc_row_id": c["key"], **c["after"]}
-    assert not diff(want, rows_by_key(view.values()))
+    assert not diff(want, rows_by_key(view(read).values()))
 
 
 def test_services_listen_on_loopback_only(stack: LocalStack) -> None:

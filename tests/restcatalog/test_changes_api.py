@@ -22,7 +22,7 @@ from cdclake.dev.workload import generate
 from cdclake.lake import changes
 from restcatalog.app import create_app
 from tests.support import apply_all, fresh_settings, stage
-from tests.support.lake import Lake, two_run_lake
+from tests.support.lake import Lake, two_run_lake, view
 from tests.support.threaded import serve_app
 
 TABLE = "orders"
@@ -53,17 +53,6 @@ def page(api: TestClient, since: str | None = None, **params: Any) -> dict[str, 
     assert r.status_code == 200, r.text
     out: dict[str, Any] = r.json()
     return out
-
-
-def view(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """A materialized view kept only from the changes."""
-    rows: dict[str, dict[str, Any]] = {}
-    for e in events:
-        if e["operation"] == "DELETE":
-            rows.pop(e["key"], None)
-        else:
-            rows[e["key"]] = {"_cdc_row_id": e["key"], **e["after"]}
-    return rows
 
 
 @pytest.mark.spark

@@ -56,3 +56,14 @@ def two_run_lake(spark: Any, spark_home: Path, table: str) -> Lake:
     (s1, s1_ms), (s2, s2_ms) = snaps
     assert s1 != s2 and s2_ms > s1_ms + 1
     return Lake(settings, table, b[:cut], b[cut:], s1, s1_ms, s2, s2_ms)
+
+
+def view(changes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A materialized view kept only from the change feed's changes (key -> row)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in changes:
+        if c["operation"] == "DELETE":
+            rows.pop(c["key"], None)
+        else:
+            rows[c["key"]] = {"_cdc_row_id": c["key"], **c["after"]}
+    return rows
