@@ -97,12 +97,7 @@ class Claims:
 
     def receipt(self, source: str, seq: int) -> Receipt | None:
         """The batch's newest receipt generation, if it was ever claimed."""
-        prefix = f"{seq:020d}."
-        gens = [n for n in self.store.list_names(staging.receipt_prefix(source)) if n.startswith(prefix)]
-        if not gens:
-            return None
-        data = self.store.read(staging.receipt_prefix(source) + max(gens))
-        return None if data is None else staging.decode_receipt(data)
+        return staging.newest_receipt(self.store, source, seq)
 
     def complete(self, receipt: Receipt) -> Landed | None:
         """The batch as a duplicate when every object its receipt names exists, else None."""
@@ -120,7 +115,7 @@ class Claims:
         now_ms = self.store_clock.upper_ms()
         keys = [staging.make_key(t, p.source, p.sequence_number, now_ms) for t in sorted(p.objects)]
         receipt = Receipt(
-            p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys], self.owner
+            p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys], self.owner, p.types
         )
         for _ in range(ATTEMPTS):
             path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
@@ -164,5 +159,6 @@ class Claims:
             p.events,
             [k.path for k in keys],
             self.owner,
+            p.types,
         )
         return receipt, keys

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from cdclake.contracts.events import Batch, stage_lines
+from cdclake.contracts.events import Batch, stage_lines, stage_types
 
 Status = Literal["persisted", "duplicate", "fallback"]
 
@@ -21,6 +21,9 @@ class Prepared:
     events: int
     objects: dict[str, bytes]
     digest: str
+    types: dict[str, Any] | None = None
+    """Per table, its object's JSON types (:func:`cdclake.contracts.events.stage_types`), for the
+    receipt: the apply reads the object with them instead of inferring."""
 
     @classmethod
     def from_batch(cls, batch: Batch, by_identity: bool = False) -> Prepared:
@@ -34,7 +37,7 @@ class Prepared:
             digest = "ids:" + hashlib.sha256(ids.encode()).hexdigest()
         else:
             digest = content_digest(objects)
-        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest)
+        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest, stage_types(batch))
 
 
 @dataclass(frozen=True)

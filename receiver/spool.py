@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -18,6 +19,7 @@ class Spooled(msgspec.Struct):
     digest: str
     events: int
     objects: dict[str, str]
+    types: dict[str, Any] | None = None
 
 
 _spool_decoder = msgspec.json.Decoder(Spooled)
@@ -35,7 +37,8 @@ class Spool:
         return f"{source}/{seq:020d}.json"
 
     def put(self, p: Prepared) -> tuple[bool, str]:
-        rec = Spooled(p.source, p.sequence_number, p.digest, p.events, {t: d.decode() for t, d in p.objects.items()})
+        objects = {t: d.decode() for t, d in p.objects.items()}
+        rec = Spooled(p.source, p.sequence_number, p.digest, p.events, objects, p.types)
         path = self.path(p.source, p.sequence_number)
         return self.store.put_if_absent(path, msgspec.json.encode(rec)), str(self.root / path)
 
@@ -48,7 +51,7 @@ class Spool:
             for f in sorted(src.glob("*.json")):
                 rec = _spool_decoder.decode(f.read_bytes())
                 objects = {t: d.encode() for t, d in rec.objects.items()}
-                yield f, Prepared(rec.source, rec.sequenceNumber, rec.events, objects, rec.digest)
+                yield f, Prepared(rec.source, rec.sequenceNumber, rec.events, objects, rec.digest, rec.types)
 
     def last_sequence(self, source: str) -> int | None:
         names = self.store.list_names(f"{source}/")

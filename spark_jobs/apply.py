@@ -97,8 +97,8 @@ def apply_table(
     phases.end("list")
 
     existing = spark.table(ident).schema if spark.catalog.tableExists(ident) else None
-    events, after, declared = read_events(spark, p.uris, existing)
-    phases.end("read")  # JSON schema inference (a pass over the files)
+    events, after, declared = read_events(spark, p.uris, existing, p.recorded)
+    phases.end("read")  # JSON schema inference (a pass over the files) unless the receipts recorded it
 
     rows = mark_unavailable(flatten(drop_exact_duplicates(events, copies=COPIES)))
     limits = Limits.of(settings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -53,6 +54,7 @@ class Pending:
     resumed: bool  # finishing a crashed run's objects
     backlog: int  # objects no watermark of the table holds, this run's included
     rows: int  # the table's rows, about (deletes not subtracted): how classify joins the batch
+    recorded: list[Any] | None = None  # the objects' JSON types, from their receipts (or None: infer)
 
 
 def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
@@ -86,6 +88,7 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
         resumed=bool(resumed),
         backlog=len(unconsumed),
         rows=rows,
+        recorded=staging.recorded_types(store, pending),
     )
 
 

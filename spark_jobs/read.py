@@ -5,12 +5,15 @@ into those types, then one typed row per event, one per distinct event, one colu
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructField, StructType, VariantType
 
+from cdclake.contracts import jsontypes
 from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
@@ -39,11 +42,13 @@ CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 
 def read_events(
-    spark: SparkSession, uris: list[str], table: StructType | None
+    spark: SparkSession, uris: list[str], table: StructType | None, recorded: list[Any] | None = None
 ) -> tuple[DataFrame, StructType | None, Declared]:
     """The run's events (:func:`normalise`d), the after-image's read type and the declared types
-    and defaults: the passes over the objects the job makes before it touches the table."""
-    inferred = infer_staging(spark, uris)
+    and defaults: the passes over the objects the job makes before it touches the table.
+    ``recorded``: each object's JSON types as its receipt recorded them, which spare the
+    inference pass (:func:`recorded_schema`)."""
+    inferred = infer_staging(spark, uris) if recorded is None else recorded_schema(recorded)
     found = run_declared_types(spark, uris, inferred)
     after = after_read_type(spark, uris, inferred, table, found.types)
     return normalise(read_staging(spark, uris, after)), after, found
@@ -92,6 +97,14 @@ def infer_staging(spark: SparkSession, uris: list[str]) -> StructType:
     data, it stops the job). It names the run's columns and types the ones that are new."""
     with case_sensitive(spark):
         return spark.read.option("mode", "FAILFAST").json(uris).schema
+
+
+def recorded_schema(recorded: list[Any]) -> StructType:
+    """What :func:`infer_staging` would find in the objects, from the types recorded at landing
+    (:mod:`cdclake.contracts.jsontypes`), for the fields the job types by inference."""
+    merged = functools.reduce(jsontypes.merge, (jsontypes.from_record(r) for r in recorded), ("st", ()))
+    final = jsontypes.canonical(merged)
+    return StructType() if final is None else StructType.fromJson(jsontypes.spark_json(final))
 
 
 def read_json(spark: SparkSession, uris: list[str], schema: StructType, options: dict[str, str]) -> DataFrame:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from cdclake.contracts import coltypes, names
+from cdclake.contracts import coltypes, jsontypes, names
 
 Operation = Literal["INSERT", "UPDATE", "DELETE"]
 
@@ -207,6 +207,15 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
         )
         out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}
+
+
+def stage_types(batch: Batch) -> dict[str, Any]:
+    """Per table of :func:`stage_lines`, the JSON types of its object's lines: what Spark's
+    inference would find in them (:func:`cdclake.contracts.jsontypes.record`)."""
+    by_table: dict[str, list[CDCEvent]] = {}
+    for ev in batch.events:
+        by_table.setdefault(ev.table.lower(), []).append(ev)
+    return {table: jsontypes.record(evs) for table, evs in by_table.items()}
 
 
 def encode(obj: Any) -> bytes:

@@ -15,6 +15,7 @@ host's (:mod:`cdclake.staging.clock`): the apply compares it with its listing ti
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -120,7 +121,8 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
 
 class Receipt(msgspec.Struct):
     """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.claim`),
-    read back there and by the clean-up (:mod:`cdclake.lake.cleanup`)."""
+    read back there, by the apply (:func:`recorded_types`) and by the clean-up
+    (:mod:`cdclake.lake.cleanup`)."""
 
     source: str
     sequenceNumber: int
@@ -134,6 +136,10 @@ class Receipt(msgspec.Struct):
     owner: str = ""
     """``host:pid:boot`` of the receiver that claimed it: a claim of a dead process on this host
     can be taken over at once instead of after the in-flight timeout."""
+    types: dict[str, Any] | None = None
+    """Per table, the JSON types of the batch's object for it
+    (:func:`cdclake.contracts.jsontypes.record`): the apply reads objects with them instead of
+    inferring. None (an older receiver): the apply infers."""
 
 
 _receipt_decoder = msgspec.json.Decoder(Receipt)
@@ -145,6 +151,34 @@ def encode_receipt(receipt: Receipt) -> bytes:
 
 def decode_receipt(data: bytes) -> Receipt:
     return _receipt_decoder.decode(data)
+
+
+def newest_receipt(store: Store, source: str, batch_sequence: int) -> Receipt | None:
+    """The batch's newest receipt generation, if it was ever claimed."""
+    prefix = f"{batch_sequence:020d}."
+    gens = [n for n in store.list_names(receipt_prefix(source)) if n.startswith(prefix)]
+    data = store.read(receipt_prefix(source) + max(gens)) if gens else None
+    return None if data is None else decode_receipt(data)
+
+
+def recorded_types(store: Store, keys: builtins.list[ObjectKey]) -> builtins.list[Any] | None:
+    """The JSON types each object's receipt records for it (:attr:`Receipt.types`), in the
+    order of ``keys``; None when some object has none (the apply then infers them). One read
+    per object, in parallel (an S3 GET each): the first generation, which names the object
+    unless a take-over renamed it."""
+
+    def one(key: ObjectKey) -> Any:
+        found = store.read(receipt_path(key.source, key.batch_sequence))
+        receipt = None if found is None else decode_receipt(found)
+        if receipt is None or key.path not in receipt.keys:
+            receipt = newest_receipt(store, key.source, key.batch_sequence)
+        if receipt is None or key.path not in receipt.keys or not receipt.types:
+            return None
+        return receipt.types.get(key.table)
+
+    with concurrent.futures.ThreadPoolExecutor(min(16, max(1, len(keys)))) as pool:
+        found = builtins.list(pool.map(one, keys))
+    return None if any(t is None for t in found) else found
 
 
 class Store(Protocol):

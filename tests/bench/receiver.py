@@ -291,6 +291,7 @@ def _phases(
         timed("check_event_sizes", partial(decode.check_event_sizes, body, 1024 * 1024))
         batch = timed("decode_batch", partial(events.decode_batch, body))
         objects = timed("stage_lines", partial(events.stage_lines, batch))
+        timed("stage_types", partial(events.stage_types, batch))
         digest = timed("digest sha256", partial(prepared.content_digest, objects))
         receipt = staging.Receipt(source, seq, 0, 0, digest, len(batch.events), [], "x")
         path = staging.receipt_path(f"{source}-r", seq)
@@ -801,14 +802,21 @@ def main() -> None:
                         f"({args.concurrency} producers) vs in-process lander {lander:.2f}"
                         f" ms and floor {1000 * n / floors[n]:.2f} ms"
                     )
-            cpu_steps = ("check_event_sizes", "decode_batch", "stage_lines", "digest sha256", "tables set (service)")
+            cpu_steps = (
+                "check_event_sizes",
+                "decode_batch",
+                "stage_lines",
+                "stage_types",
+                "digest sha256",
+                "tables set (service)",
+            )
             for n, ph in profile.items():
                 cpu = sum(ph[k][0] for k in cpu_steps)
                 io = ph["receipt put_if_absent"][0] + ph["object puts"][0]
                 # A GC pause falls in whichever step trips the threshold: report its share overall.
                 gc_share = sum(v[1] for v in ph.values()) / max(1e-9, sum(v[0] for v in ph.values()))
                 print(
-                    f"  hint {n:>6}: Python work {cpu:.1f} ms per batch (decode, stage, digest, tables; holds the "
+                    f"  hint {n:>6}: Python work {cpu:.1f} ms per batch (decode, stage, types, digest, tables; holds the "
                     f"GIL: one core for all producers), durable writes {io:.1f} ms (fsync waits overlap across "
                     f"requests); GC pauses are {gc_share:.0%} of all the profiled time."
                 )

@@ -23,16 +23,27 @@ def make_settings(home: Path, **overrides: Any) -> Settings:
     return load({"CDCLAKE_HOME": str(home)}, **overrides)
 
 
-def stage(settings: Settings, batches: list[dict[str, Any]], landed_ms: int | None = None) -> list[staging.ObjectKey]:
-    """Land batches the way the receiver does (decode, split per table, durable put)."""
+def stage(
+    settings: Settings, batches: list[dict[str, Any]], landed_ms: int | None = None, receipts: bool = True
+) -> list[staging.ObjectKey]:
+    """Land batches the way the receiver does (decode, split per table, the receipt with the
+    objects' JSON types, durable puts). ``receipts=False``: objects only, as a writer other than
+    the receiver leaves them (the apply then infers their types)."""
+    from receiver.prepared import Prepared
+
     store = staging.LocalStaging(settings.staging_dir)
     keys = []
     for b in batches:
-        batch = events.decode_batch(events.encode(b))
-        for table, data in events.stage_lines(batch).items():
-            key = staging.make_key(table, batch.source, batch.sequenceNumber, landed_ms)
-            store.put(key, data)
-            keys.append(key)
+        p = Prepared.from_batch(events.decode_batch(events.encode(b)))
+        batch_keys = [staging.make_key(t, p.source, p.sequence_number, landed_ms) for t in sorted(p.objects)]
+        if receipts:
+            ms = batch_keys[0].landed_ms
+            paths = [k.path for k in batch_keys]
+            receipt = staging.Receipt(p.source, p.sequence_number, 0, ms, p.digest, p.events, paths, "", p.types)
+            store.put_if_absent(staging.receipt_path(p.source, p.sequence_number), staging.encode_receipt(receipt))
+        for key in batch_keys:
+            store.put(key, p.objects[key.table])
+        keys += batch_keys
     return keys
 
 
