@@ -816,8 +816,8 @@ def main() -> None:
                 # A GC pause falls in whichever step trips the threshold: report its share overall.
                 gc_share = sum(v[1] for v in ph.values()) / max(1e-9, sum(v[0] for v in ph.values()))
                 print(
-                    f"  hint {n:>6}: Python work {cpu:.1f} ms per batch (decode, stage, types, digest, tables; holds the "
-                    f"GIL: one core for all producers), durable writes {io:.1f} ms (fsync waits overlap across "
+                    f"  hint {n:>6}: Python work {cpu:.1f} ms per batch (decode, stage, types, digest, tables; "
+                    f"holds the GIL: one core for all producers), durable writes {io:.1f} ms (fsync waits overlap across "
                     f"requests); GC pauses are {gc_share:.0%} of all the profiled time."
                 )
 
