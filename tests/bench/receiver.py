@@ -817,8 +817,8 @@ def main() -> None:
                 gc_share = sum(v[1] for v in ph.values()) / max(1e-9, sum(v[0] for v in ph.values()))
                 print(
                     f"  hint {n:>6}: Python work {cpu:.1f} ms per batch (decode, stage, types, digest, tables; "
-                    f"holds the GIL: one core for all producers), durable writes {io:.1f} ms (fsync waits overlap across "
-                    f"requests); GC pauses are {gc_share:.0%} of all the profiled time."
+                    f"holds the GIL: one core for all producers), durable writes {io:.1f} ms (fsync waits overlap "
+                    f"across requests); GC pauses are {gc_share:.0%} of all the profiled time."
                 )
 
         # ---- verdict
