@@ -15,6 +15,7 @@ import pytest
 from cdclake.cli.main import main
 from cdclake.config.settings import Settings
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
 from tests.support import apply_all, stage
 
@@ -69,6 +70,9 @@ def test_side_tables_exist_with_their_table(spark: Any, settings: Settings) -> N
         assert spark.sql(f"SELECT * FROM {table_ident(settings, 't' + suffix)}").collect() == []
     columns = spark.table(table_ident(settings, "t" + QUARANTINE_SUFFIX)).columns
     assert {"_cdc_reason", "_cdc_event", "_cdc_replayed_at", "_cdc_replay"} <= set(columns)
+    for suffix in (QUARANTINE_SUFFIX, CHANGES_SUFFIX, TOMBSTONES_SUFFIX):
+        side = load_table(settings, "t" + suffix)
+        assert side is not None and side.format_version == 2
 
 
 def test_values_that_fit_after_widening_are_replayed_each_once(spark: Any, settings: Settings) -> None:
@@ -137,3 +141,56 @@ def test_values_that_fit_after_widening_are_replayed_each_once(spark: Any, setti
     assert apply_once(spark, settings) == dict(received=1, applied=0, duplicate=0, superseded=0, late=0, quarantined=1)
     assert quarantine(spark, settings)[-2:] == [(6, "e", False), (6, "e", True)]
     assert prices(spark, settings) == want
+
+
+def test_a_quarantine_from_before_replays_gets_the_columns_and_keeps_its_rows(spark: Any, settings: Settings) -> None:
+    stage(settings, [batch(1, ev(1, "INSERT", "a", 1))])
+    apply_once(spark, settings)  # price bigint
+    q = table_ident(settings, "t" + QUARANTINE_SUFFIX)
+    spark.sql(f"DROP TABLE {q}")
+    spark.sql(
+        f"""CREATE TABLE {q} (_cdc_row_id string, _cdc_seq bigint, _cdc_ts timestamp, _cdc_source string,
+            _cdc_operation string, _cdc_object string, _cdc_reason string, _cdc_quarantined_at timestamp)
+            USING iceberg TBLPROPERTIES ('format-version'='2')"""
+    )
+    spark.sql(f"INSERT INTO {q} VALUES ('z', 0, now(), 's', 'INSERT', 'x', 'an old reason', now())")
+    stage(settings, [batch(2, ev(2, "INSERT", "b", "abc"))])
+    assert apply_once(spark, settings)["quarantined"] == 1
+    listed = {(r["reason"], r["status"]) for r in cli(spark, settings, "list", "t")}
+    assert listed == {("an old reason", "no event"), ('column price: string "abc" does not fit bigint', "quarantined")}
+    (done,) = cli(spark, settings, "replay", "t")
+    assert (done["events"], done["rows"], done["without_event"]) == (1, 2, 1)
+    # Still no bigint: decided again, quarantined again.
+    assert apply_once(spark, settings) == dict(received=1, applied=0, duplicate=0, superseded=0, late=0, quarantined=1)
+    assert quarantine(spark, settings) == [(0, "z", False), (2, "b", False), (2, "b", True)]
+
+
+def test_a_table_without_a_quarantine_is_an_error(spark: Any, settings: Settings, capsys: Any) -> None:
+    assert main(["quarantine", "list", "nosuch"], spark=spark, settings=settings) == 1
+    assert "no quarantine table" in capsys.readouterr().err
+
+
+def test_a_replay_that_dies_before_marking_applies_nothing_until_run_again(
+    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cdclake.lake.quarantine as lake_quarantine
+
+    first = ev(1, "INSERT", "a", 1.5)
+    first["columnTypes"] = {"price": "decimal(5,2)"}
+    stage(settings, [batch(1, first), batch(2, ev(2, "INSERT", "b", 12345.67))])
+    assert apply_once(spark, settings)["quarantined"] == 1
+    spark.sql(f"ALTER TABLE {table_ident(settings, 't')} ALTER COLUMN price TYPE decimal(9,2)")
+
+    def killed(*args: Any) -> None:
+        raise RuntimeError("replay killed before marking")
+
+    with monkeypatch.context() as m:
+        m.setattr(lake_quarantine, "_mark", killed)
+        assert main(["quarantine", "replay", "t"], spark=spark, settings=settings) == 1
+    # Landed, not marked: the apply takes the events for the ones it quarantined before.
+    assert apply_once(spark, settings) == dict(received=1, applied=0, duplicate=1, superseded=0, late=0, quarantined=0)
+    assert quarantine(spark, settings) == [(2, "b", False)]
+    (done,) = cli(spark, settings, "replay", "t")
+    assert done["events"] == 1
+    assert apply_once(spark, settings) == dict(received=1, applied=1, duplicate=0, superseded=0, late=0, quarantined=0)
+    assert prices(spark, settings) == {"a": Decimal("1.50"), "b": Decimal("12345.67")}
