@@ -1,6 +1,7 @@
 """Writing a run's decisions, each commit carrying its own consumed-staging watermark:
 
-1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
+1. ``<table>__quarantine``  events whose values do not fit the table, with the reason and the
+                            staged line (append; :mod:`spark_jobs.quarantine`)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
 3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them (append)
 4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit

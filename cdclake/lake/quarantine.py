@@ -72,7 +72,7 @@ def quarantine(spark: Any, settings: Settings, table: str, reason: str | None = 
 
     ident = table_ident(settings, table + QUARANTINE_SUFFIX)
     if not spark.catalog.tableExists(ident):
-        raise QueryError(f"no quarantine table {ident}: {table} has not been applied yet")
+        raise QueryError(f"no quarantine table {ident}: the next apply of {table} creates it")
     spark.sql(f"REFRESH TABLE {ident}")  # another session may have committed since this one read it
     df = spark.table(ident)
     types = {EVENT: "string", REPLAYED_AT: "timestamp", REPLAY: "string"}
