@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from contextlib import redirect_stdout
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -17,6 +18,7 @@ from cdclake.config.settings import Settings
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
+from spark_jobs.maintain import expire
 from tests.support import apply_all, stage
 
 pytestmark = pytest.mark.spark
@@ -73,6 +75,11 @@ def test_side_tables_exist_with_their_table(spark: Any, settings: Settings) -> N
     for suffix in (QUARANTINE_SUFFIX, CHANGES_SUFFIX, TOMBSTONES_SUFFIX):
         side = load_table(settings, "t" + suffix)
         assert side is not None and side.format_version == 2
+    # iceberg_expire takes every table of the namespace: one without a snapshot yet too.
+    now = datetime.now(UTC)
+    out = expire(spark, settings, "t" + QUARANTINE_SUFFIX, now, retain_last=1, orphans_older_than=now)
+    assert out["orphan_files"] == [] and "watermark_snapshot" not in out
+    assert spark.table(table_ident(settings, "t" + QUARANTINE_SUFFIX)).count() == 0
 
 
 def test_values_that_fit_after_widening_are_replayed_each_once(spark: Any, settings: Settings) -> None:
