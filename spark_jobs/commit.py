@@ -1,6 +1,7 @@
 """Writing a run's decisions, each commit carrying its own consumed-staging watermark:
 
-1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
+1. ``<table>__quarantine``  events whose values do not fit the table, with the reason and the
+                            staged line (append; :mod:`spark_jobs.quarantine`)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
 3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them (append)
 4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
@@ -27,6 +28,7 @@ from spark_jobs import backfill
 from spark_jobs.decide import Tally
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
+from spark_jobs.quarantine import quarantine_rows, staged_lines
 from spark_jobs.sqltext import col, quote
 from spark_jobs.system import (
     IMAGE_BEFORE,
@@ -37,10 +39,8 @@ from spark_jobs.system import (
     OP,
     ORDER,
     OUTCOME,
-    REASON,
     SEQ,
     SOURCE,
-    TS,
     SimulatedCrash,
     ordering,
 )
@@ -53,22 +53,11 @@ Build = Callable[[list[str]], DataFrame]  # a side table's rows of the given obj
 
 def log_decisions(p: Pending, quarantined: DataFrame, classified: DataFrame, target: StructType, t: Tally) -> None:
     """Steps 1-3: the side tables, before the table's commit."""
-    _append_aux(p, QUARANTINE, quarantine_rows(quarantined), known=t.counts["quarantined"])
+    uris = dict(zip(p.names, p.uris, strict=True))
+    lines = staged_lines(p.run.spark, uris, quarantined) if t.counts["quarantined"] else None
+    _append_aux(p, QUARANTINE, quarantine_rows(quarantined, lines), known=t.counts["quarantined"])
     _append_aux(p, CHANGES, change_rows(classified, target), known=t.changes)
     _append_aux(p, TOMBSTONES, tombstone_rows(classified), known=t.deletes)
-
-
-def quarantine_rows(quarantined: DataFrame) -> Build:
-    return lambda todo: quarantined.where(F.col(OBJECT).isin(todo)).select(
-        KEY,
-        SEQ,
-        TS,
-        SOURCE,
-        F.col(OP).alias(history.OPERATION),
-        F.col(OBJECT).alias(HISTORY_OBJECT),
-        F.col(REASON).alias("_cdc_reason"),
-        F.current_timestamp().alias("_cdc_quarantined_at"),
-    )
 
 
 def change_rows(classified: DataFrame, target: StructType) -> Build:
@@ -203,7 +192,12 @@ def _append_aux(p: Pending, suffix: str, build: Build, known: int | None = None)
         return
     df = build(todo)
     if _empty(df, todo, p.names, known):
-        return  # nothing to keep; the main table's watermark covers these objects from now on
+        # Nothing to keep; the main table's watermark covers these objects from now on. The side
+        # table is created all the same (no snapshot, no watermark), so it can be queried before
+        # its first row: with its table's first apply, or an existing table's next one.
+        if not run.spark.catalog.tableExists(ident):
+            ensure_table(run.spark, ident, df, key=False)
+        return
     schema = ensure_table(run.spark, ident, df, key=False)
     with Commit(run.spark, run.watermark_props(wm, todo)):
         align_to(df, schema).writeTo(ident).append()

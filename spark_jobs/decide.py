@@ -12,6 +12,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from cdclake.contracts.history import REPLAYED_AT
 from spark_jobs.fit import Fitted
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Run
 from spark_jobs.system import (
@@ -70,6 +71,8 @@ def logged_before(
     """(SOURCE, SEQ, SEEN) of the ``events`` that ``__changes`` or ``__quarantine`` already hold:
     an earlier run decided them (an event delivered again, e.g. re-sent under a new batch number),
     so now they count as duplicates and are neither logged nor applied again. None: no history.
+    A quarantined event marked replayed is not among them: a replay lands it to be decided again
+    (and once in ``__changes``, a second replay of it is a duplicate).
 
     ``ranges`` (producer, lowest and highest sequence in this run) prune the history scan to the
     data files whose column metrics can hold such events; this run's events are the broadcast
@@ -91,6 +94,9 @@ def logged_before(
             continue
         history = run.spark.table(ident)
         where = window
+        if suffix == QUARANTINE and REPLAYED_AT in history.columns:
+            # A replayed event (`cdclake quarantine replay`) is decided again when it comes back.
+            where = where & F.col(REPLAYED_AT).isNull()
         if resumed:
             obj = F.col(HISTORY_OBJECT) if HISTORY_OBJECT in history.columns else F.lit(None).cast("string")
             where = where & obj.isNotNull() & ~obj.isin(list(resumed))

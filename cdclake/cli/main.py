@@ -1,4 +1,4 @@
-"""``cdclake`` command line: demo, up, sql, tables, snapshots, rest, init, debezium."""
+"""``cdclake`` command line: demo, up, sql, tables, snapshots, quarantine, rest, init, debezium."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from cdclake.cli import debezium_cmd
+from cdclake.cli import debezium_cmd, quarantine_cmd
 from cdclake.config.settings import Settings, SettingsError, load
 from cdclake.orchestration.airflow_api import AirflowError
 
@@ -196,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshots", help="a table's snapshots with the apply watermark and event counts (no JVM)")
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
     s.add_argument("--format", choices=FORMATS, default="table")
+    quarantine_cmd.add_parser(sub)
     sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
     st = sub.add_parser("status", help="each component of the running `cdclake up`/`demo` stack: pid, state, restarts")
     st.add_argument("--format", choices=FORMATS, default="table")
@@ -216,6 +217,7 @@ COMMANDS: dict[str, Command] = {
     "sql": sql,
     "tables": lambda args, settings, spark: tables(settings, args.format),
     "snapshots": lambda args, settings, spark: snapshots(settings, args.table, args.format),
+    "quarantine": quarantine_cmd.run,
     "rest": lambda args, settings, spark: rest(),
     "status": lambda args, settings, spark: status(settings, args.format),
     "init": lambda args, settings, spark: init(args, settings),

@@ -24,3 +24,12 @@ HISTORY_OBJECT = "_cdc_object"  # the staging object the event came in (also in 
 BEFORE = "_cdc_before"
 METADATA = "_cdc_metadata"
 HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT, BEFORE, METADATA)
+
+# The quarantine (``<table>__quarantine``): per quarantined event, its system columns (not ORDER),
+# OPERATION, HISTORY_OBJECT and these. Quarantines written before EVENT existed lack it (and the
+# replay columns): their events cannot be replayed; the next apply that quarantines adds them.
+REASON = "_cdc_reason"  # why its values do not fit the table
+QUARANTINED_AT = "_cdc_quarantined_at"
+EVENT = "_cdc_event"  # its staged line (cdclake.contracts.events.StagedEvent), JSON text, as it landed
+REPLAYED_AT = "_cdc_replayed_at"  # when `cdclake quarantine replay` landed it again (NULL: never)
+REPLAY = "_cdc_replay"  # the staging object (<table>/<name>) it was landed again in
