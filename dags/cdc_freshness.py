@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow.sdk import CronTriggerTimetable, dag, task
 
@@ -42,7 +42,11 @@ A failed `check` is the alert: red in the grid, `failed` in the REST API, and it
     tags=["cdclake", "alerts"],
     default_args={
         "owner": "cdclake",
-        "retries": 0,  # the next minute's run is the retry
+        # A transient error (catalog, store) is retried once; a missed objective fails at once
+        # (AirflowFailException skips retries), so the alert is not delayed by a retry.
+        "retries": 1,
+        "retry_delay": timedelta(seconds=10),
+        "execution_timeout": timedelta(minutes=5),
         "on_failure_callback": failure_logger("cdc_freshness", log),
     },
 )
