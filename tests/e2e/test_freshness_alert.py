@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from cdclake.dev.workload import generate
+from cdclake.lake.freshness import table_freshness
 from cdclake.orchestration.airflow_api import AirflowClient
 from tests.support import running_stack
 
@@ -60,7 +61,11 @@ def test_paused_applies_miss_the_objective_and_cdc_freshness_fails_naming_the_ta
     with running_stack(tmp_path / "stack", dags_paused=True, freshness_objective_s=OBJECTIVE_S) as stack:
         client, settings = stack.airflow, stack.settings
         client.wait_dag("cdc_freshness")
-        client.unpause("cdc_freshness")  # cdc_apply stays paused: what lands waits in staging
+        client.wait_dag("cdc_apply")
+        # Both DAGs say is_paused_upon_creation=False, over the stack's paused default: pause
+        # cdc_apply, so what lands waits in staging (the receiver's Asset events make no run).
+        client.pause("cdc_apply")
+        client.unpause("cdc_freshness")
         run_id = client.trigger("cdc_freshness")
         assert client.wait_run("cdc_freshness", run_id, timeout=180) == "success"  # nothing waits yet
 
@@ -75,11 +80,12 @@ def test_paused_applies_miss_the_objective_and_cdc_freshness_fails_naming_the_ta
 
         run = scheduled_run_after(client, "cdc_freshness", sent_s + OBJECTIVE_S, timeout=150)
         (ti,) = client.task_instances("cdc_freshness", run["dag_run_id"])
-        log = client.request(
+        content = client.json(
             "GET",
             f"/api/v2/dags/cdc_freshness/dagRuns/{run['dag_run_id']}/taskInstances/check/logs/{ti['try_number']}",
-        ).text
-        assert run["state"] == "failed", (sent_s, run, log[-4000:])
+        )["content"]
+        log = "\n".join(str(line.get("event", line)) if isinstance(line, dict) else str(line) for line in content)
+        assert run["state"] == "failed", (sent_s, run, log, table_freshness(settings))
         assert (ti["task_id"], ti["state"]) == ("check", "failed")
         for table in objects:
             assert f"FRESHNESS MISSED {table}: acked data has waited" in log, log[-3000:]
