@@ -90,6 +90,7 @@ def test_paused_applies_miss_the_objective_and_cdc_freshness_fails_naming_the_ta
         for table in objects:
             assert f"FRESHNESS MISSED {table}: acked data has waited" in log, log[-3000:]
         assert f"objective {OBJECTIVE_S} s" in log
+        assert "cdc_freshness failed: task=check" in log  # the on_failure_callback ran (where notifiers go)
 
         text = httpx.get(f"http://{settings.rest_host}:{settings.rest_port}/metrics", timeout=60).text
         m = samples(text)
