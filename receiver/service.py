@@ -57,7 +57,7 @@ def describe_metrics(m: Metrics) -> None:
         "cdclake_table_valid_through_seconds", "gauge", "Newest applied event time per table (unix s).", ("table",)
     )
     m.describe(
-        "cdclake_table_freshness_lag_seconds", "gauge", "Now minus valid-through: how stale a table is.", ("table",)
+        "cdclake_table_freshness_lag_seconds", "gauge", "Freshness by event time: now minus valid-through.", ("table",)
     )
     m.describe(
         "cdclake_table_last_commit_seconds", "gauge", "Time of the table's current snapshot (unix s).", ("table",)

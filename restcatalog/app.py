@@ -39,6 +39,7 @@ from restcatalog.catalog import Catalog, client_config
 from restcatalog.changes import get_changes, subscribe
 from restcatalog.commits import commit_table, commit_transaction
 from restcatalog.errors import IcebergError, bad_request
+from restcatalog.lakemetrics import LakeCollector
 from restcatalog.namespaces import (
     create_namespace,
     drop_namespace,
@@ -118,7 +119,8 @@ async def health(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    return Response(service_of(request).metrics.render(), media_type=CONTENT_TYPE)
+    # Off the event loop: the lake's metrics (restcatalog.lakemetrics) read table metadata.
+    return Response(await run(service_of(request).metrics.render), media_type=CONTENT_TYPE)
 
 
 async def openapi_json(request: Request) -> Response:
@@ -185,6 +187,7 @@ def create_app(settings: Settings, query_sessions: Sessions | None = None) -> St
     )
     metrics = Metrics()
     describe_metrics(metrics)
+    metrics.registry.register(LakeCollector(settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:

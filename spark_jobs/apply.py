@@ -43,8 +43,10 @@ from pyspark.sql import functions as F
 from cdclake.config.settings import Settings, load
 from cdclake.config.tables import load_table_config
 from cdclake.contracts.names import Limits
+from cdclake.contracts.watermark import phase_properties, total_properties
+from cdclake.lake.catalog import applied_summary
 from cdclake.lake.locks import table_lock
-from spark_jobs.commit import commit_table, fill_defaults, log_decisions
+from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
@@ -125,8 +127,8 @@ def apply_table(
         crash("after-aux", crash_at)
         phases.end("side_tables")
 
-        applied = classified.where(F.col(OUTCOME) == "applied")
-        commit_table(p, applied, target, fitted.unavailable, tally, crash_at)
+        with Commit(spark, metrics_properties(settings, table, tally.counts, phases.seconds)):
+            commit_table(p, classified.where(F.col(OUTCOME) == "applied"), target, fitted.unavailable, tally, crash_at)
         crash("after-commit", crash_at)
         phases.end("merge")
         fill_defaults(spark, settings, table, result)
@@ -134,6 +136,16 @@ def apply_table(
         fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
     return result
+
+
+def metrics_properties(
+    settings: Settings, table: str, counts: dict[str, int], seconds: dict[str, float]
+) -> dict[str, str]:
+    """What the table's commit carries beside the watermark and this apply's counts: the running
+    totals and the phase seconds so far, the durable record the REST catalog's /metrics reads
+    (apply tasks are short-lived, maybe on other machines). Read under the table lock, so no
+    other apply commits between this read and the commit; a conflict retry reads again."""
+    return total_properties(applied_summary(settings, table), counts) | phase_properties(seconds)
 
 
 def apply_with_retries(

@@ -191,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rows to print per statement (default 100 for table, all for csv/json; 0 all)",
     )
-    t = sub.add_parser("tables", help="tables with rows, files, snapshots, last apply and freshness (no JVM)")
+    t = sub.add_parser("tables", help="tables: rows, files, last apply, freshness by event and commit time (no JVM)")
     t.add_argument("--format", choices=FORMATS, default="table")
     s = sub.add_parser("snapshots", help="a table's snapshots with the apply watermark and event counts (no JVM)")
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")

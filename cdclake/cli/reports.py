@@ -40,12 +40,27 @@ def live_rows(table: Any, fallback: int) -> int:
 def tables_report(settings: Settings, now: datetime | None = None) -> Result:
     """Every table of the namespace (side tables included): live rows, data and delete files,
     snapshots, last apply (commit time of the newest snapshot with the apply watermark),
-    valid-through (the newest ``_cdc_ts`` in the data files) and freshness (now - valid-through)."""
+    valid-through (the newest ``_cdc_ts`` in the data files), and freshness both ways
+    (:mod:`cdclake.lake.freshness`): by event time (now - valid-through: old events make it large)
+    and, for a CDC table, by commit time (how long its oldest pending staging object has waited)."""
     from cdclake.lake.catalog import load_table
+    from cdclake.lake.freshness import table_freshness
     from cdclake.lake.health import all_tables, table_health
 
     now = now or datetime.now(UTC)
-    columns = ["table", "rows", "data_files", "delete_files", "snapshots", "last_applied", "valid_through", "freshness"]
+    waiting = {f.table: f for f in table_freshness(settings)}
+    columns = [
+        "table",
+        "rows",
+        "data_files",
+        "delete_files",
+        "snapshots",
+        "last_applied",
+        "valid_through",
+        "freshness_by_event_time",
+        "pending_objects",
+        "freshness_by_commit_time",
+    ]
     rows = []
     for name in all_tables(settings):
         h = table_health(settings, name)
@@ -53,6 +68,7 @@ def tables_report(settings: Settings, now: datetime | None = None) -> Result:
         if h is None or t is None:
             continue  # dropped meanwhile
         valid = _ms_time(h.valid_through_ms)
+        f = waiting.get(name)
         rows.append(
             (
                 name,
@@ -63,6 +79,8 @@ def tables_report(settings: Settings, now: datetime | None = None) -> Result:
                 _ms_time(last_applied_ms(t)),
                 valid,
                 None if valid is None else now - valid,
+                None if f is None else f.pending_objects,
+                None if f is None else timedelta(seconds=round(f.by_commit_s)),
             )
         )
     return Result(columns, rows)

@@ -132,6 +132,10 @@ class Settings:
     apply_drain_s: int = 120
     """An apply task keeps applying its tables while a pass commits, for up to this long
     (spark_jobs.group.drain); 0: one pass per DAG run."""
+    freshness_objective_s: int = 900
+    """How long acked data may wait in staging before it is visible in its table (by commit time:
+    the oldest staging object a table has not consumed); ``cdc_freshness`` fails past it. Per table
+    in CDCLAKE_TABLE_CONFIG (``freshness_objective_s``)."""
     apply_tasks: int = 0
     """Apply tasks per ``cdc_apply`` run, each applying its group of tables in turn; 0: half the
     cores of a ``local[N]`` master, else CDCLAKE_MAX_MAPPED_TASKS
@@ -336,6 +340,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         max_mapped_tasks=_int(e, "CDCLAKE_MAX_MAPPED_TASKS", 32, 1),
         apply_drain_s=_int(e, "CDCLAKE_APPLY_DRAIN_S", 120, 0),
         apply_tasks=_int(e, "CDCLAKE_APPLY_TASKS", 0, 0),
+        freshness_objective_s=_int(e, "CDCLAKE_FRESHNESS_OBJECTIVE_S", 900, 1),
         notify_debounce_ms=_int(e, "CDCLAKE_NOTIFY_DEBOUNCE_MS", 1_000),
         airflow_user=s("AIRFLOW_USER", "admin"),
         airflow_password=s("AIRFLOW_PASSWORD", ""),

@@ -17,6 +17,7 @@ CDCLAKE_TABLE_CONFIG.
 
     [tables.events]
     format_version = 3                      # upgrade an existing v2 table (new tables are v3)
+    freshness_objective_s = 300             # cdc_freshness alerts past it (default CDCLAKE_FRESHNESS_OBJECTIVE_S)
 
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
@@ -77,6 +78,8 @@ class TableOptions:
     """Declared column types for events without a schema (canonical :mod:`cdclake.contracts.coltypes`)."""
     format_version: int | None = None
     """The Iceberg format version asked for; None: 3 for a new table, an existing one's own."""
+    freshness_objective_s: int | None = None
+    """Longest acked data may wait unapplied (:mod:`cdclake.lake.freshness`); None: the setting."""
 
     @property
     def properties(self) -> dict[str, str]:
@@ -91,6 +94,10 @@ class TableConfig:
 
     def for_table(self, table: str) -> TableOptions:
         return self.tables.get(table.lower(), self.defaults)
+
+    def freshness_objective_s(self, table: str, settings: Settings) -> int:
+        """The table's objective, else ``[defaults]``'s, else CDCLAKE_FRESHNESS_OBJECTIVE_S."""
+        return self.for_table(table).freshness_objective_s or settings.freshness_objective_s
 
     def key_columns(self) -> dict[str, tuple[str, ...]]:
         """Row-key columns by lower-case table name, ``"*"`` for every other table (the form
@@ -144,7 +151,7 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         raise SettingsError(f"{where} must be a table of options")
     if base is _NO_BASE and "types" in raw:
         raise SettingsError(f"{where}: types are set per table, in [tables.<name>]")
-    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types", "format_version"}
+    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types", "format_version", "freshness_objective_s"}
     if unknown:
         raise SettingsError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}")
     mode = raw.get("merge_mode", base.merge_mode)
@@ -166,8 +173,12 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         raise SettingsError(
             f"{where}.format_version must be one of {', '.join(map(str, FORMAT_VERSIONS))}, got {version!r}"
         )
+    objective = raw.get("freshness_objective_s", base.freshness_objective_s)
+    if objective is not None and (type(objective) is not int or objective < 1):
+        raise SettingsError(f"{where}.freshness_objective_s must be a whole number of seconds >= 1, got {objective!r}")
     partition_by = tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts)
-    return TableOptions(partition_by, mode, tuple(key), _types(raw.get("types", {}), where), version)
+    types = _types(raw.get("types", {}), where)
+    return TableOptions(partition_by, mode, tuple(key), types, version, objective)
 
 
 def load_table_config(settings: Settings) -> TableConfig:

@@ -42,6 +42,43 @@ def counts_of(summary: Mapping[str, str]) -> list[int | None]:
     return [int(summary[count_key(k)]) if count_key(k) in summary else None for k in EVENT_COUNTS]
 
 
+# Running totals over every apply of the table, in the same summary: Prometheus counters that
+# survive snapshot expiry (the newest watermark snapshot is always kept) and need no memory in
+# the process that exports them. A table applied before they existed counts from its next apply.
+APPLIES_KEY = "cdclake.applies-total"
+
+
+def total_key(outcome: str) -> str:
+    """The snapshot-summary key of the running total of one of :data:`EVENT_COUNTS`."""
+    return f"cdclake.events-total-{outcome}"
+
+
+def total_properties(previous: Mapping[str, str], counts: Mapping[str, int]) -> dict[str, str]:
+    """The running totals after an apply with ``counts``, from the ``previous`` watermark
+    snapshot's summary (empty for a table's first apply)."""
+    out = {total_key(k): str(int(previous.get(total_key(k), 0)) + v) for k, v in counts.items()}
+    return out | {APPLIES_KEY: str(int(previous.get(APPLIES_KEY, 0)) + 1)}
+
+
+def totals_of(summary: Mapping[str, str]) -> dict[str, int]:
+    """The running totals a summary carries (:data:`EVENT_COUNTS` and ``applies``), absent ones left out."""
+    out = {k: int(summary[total_key(k)]) for k in EVENT_COUNTS if total_key(k) in summary}
+    return out | ({"applies": int(summary[APPLIES_KEY])} if APPLIES_KEY in summary else {})
+
+
+# The apply's phases measured before its commit, in seconds (the merge itself ends with the commit,
+# so only the task's CDCLAKE_RESULT line has it).
+PHASE_PREFIX = "cdclake.phase-seconds-"
+
+
+def phase_properties(seconds: Mapping[str, float]) -> dict[str, str]:
+    return {PHASE_PREFIX + k: f"{v:.3f}" for k, v in seconds.items()}
+
+
+def phases_of(summary: Mapping[str, str]) -> dict[str, float]:
+    return {k[len(PHASE_PREFIX) :]: float(v) for k, v in summary.items() if k.startswith(PHASE_PREFIX)}
+
+
 @dataclass(frozen=True)
 class Watermark:
     low: str = ""

@@ -80,6 +80,13 @@ def watermark_snapshot(t: Table) -> Snapshot | None:
     )
 
 
+def applied_summary(settings: Settings, table: str) -> dict[str, str]:
+    """The summary of the last apply's commit (the newest watermark snapshot); empty if none."""
+    t = load_table(settings, table)
+    snap = watermark_snapshot(t) if t is not None else None
+    return dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
+
+
 def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:
     """The newest watermark in the current snapshot's ancestry; None if no such table."""
     return table_state(settings, table)[0]

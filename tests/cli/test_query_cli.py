@@ -345,7 +345,10 @@ def test_tables_command(cli: Any, lake: Lake, spark: Any) -> None:
     assert changes["rows"] == stats["n"]
     valid = datetime.fromisoformat(changes["valid_through"])
     assert valid == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=stats["us"])
-    assert abs(changes["freshness"] - (datetime.now(UTC) - valid).total_seconds()) < 120
+    assert abs(changes["freshness_by_event_time"] - (datetime.now(UTC) - valid).total_seconds()) < 120
+    # By commit time: everything staged was applied, so nothing waits; a side table has no staging.
+    assert (main_t["pending_objects"], main_t["freshness_by_commit_time"]) == (0, 0)
+    assert (changes["pending_objects"], changes["freshness_by_commit_time"]) == (None, None)
 
     rc, out, _ = cli("tables", "--format", "csv")
     rows = {r["table"]: r for r in csv.DictReader(io.StringIO(out))}

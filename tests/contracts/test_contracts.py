@@ -10,7 +10,16 @@ from cdclake import staging
 from cdclake.config.settings import SettingsError, jdbc_url, load
 from cdclake.contracts import events
 from cdclake.contracts.protocol import NACK_REASONS, NackReason, Reply
-from cdclake.contracts.watermark import SUMMARY_KEY, Watermark, from_summaries, newest_carrying
+from cdclake.contracts.watermark import (
+    SUMMARY_KEY,
+    Watermark,
+    from_summaries,
+    newest_carrying,
+    phase_properties,
+    phases_of,
+    total_properties,
+    totals_of,
+)
 from cdclake.lake.spark import catalog_conf
 
 
@@ -137,6 +146,17 @@ def test_watermark_is_read_from_the_newest_snapshot_that_carries_one() -> None:
 
 
 # ------------------------------------------------------------------------- settings
+
+
+def test_running_totals_add_each_apply_to_the_last_ones_and_phases_round_trip() -> None:
+    first = total_properties({}, {"received": 3, "applied": 2, "duplicate": 1})
+    second = total_properties({**first, "unrelated": "x"}, {"received": 4, "applied": 1, "duplicate": 3})
+    assert totals_of(second) == {"received": 7, "applied": 3, "duplicate": 4, "applies": 2}
+    assert totals_of({"cdclake.events-applied": "5"}) == {}  # an apply's own count is not a total
+    assert phases_of(phase_properties({"read": 1.25, "side_tables": 0.5}) | {SUMMARY_KEY: "{}"}) == {
+        "read": 1.25,
+        "side_tables": 0.5,
+    }
 
 
 def test_settings_env_over_defaults_and_errors_name_the_variable(tmp_path: Path) -> None:

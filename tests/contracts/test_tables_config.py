@@ -114,3 +114,16 @@ def test_column_types_per_table_in_their_one_spelling(tmp_path: Path) -> None:
     assert cfg.column_types() == {"accounts": want}
     assert cfg.for_table("accounts").key == ("uuid",)
     assert cfg.for_table("orders").types == {}
+
+
+def test_freshness_objective_per_table_over_defaults_over_the_setting(tmp_path: Path) -> None:
+    p = config(tmp_path, "[defaults]\nfreshness_objective_s = 600\n[tables.orders]\nfreshness_objective_s = 60\n")
+    settings = load({"CDCLAKE_TABLE_CONFIG": str(p), "CDCLAKE_FRESHNESS_OBJECTIVE_S": "1200"})
+    cfg = load_table_config(settings)
+    assert (cfg.freshness_objective_s("orders", settings), cfg.freshness_objective_s("other", settings)) == (60, 600)
+    assert load_table_config(load({})).freshness_objective_s("x", load({})) == 900  # the setting's default
+    bad = config(tmp_path, "[tables.orders]\nfreshness_objective_s = 0\n")
+    with pytest.raises(SettingsError, match=r"\[tables.orders\].freshness_objective_s must be"):
+        load_table_config(load({"CDCLAKE_TABLE_CONFIG": str(bad)}))
+    with pytest.raises(SettingsError, match="CDCLAKE_FRESHNESS_OBJECTIVE_S must be >= 1"):
+        load({"CDCLAKE_FRESHNESS_OBJECTIVE_S": "0"})

@@ -67,6 +67,35 @@ def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type:
     assert ASSET_NAME in names or ASSET_NAME in repr(dag.timetable.asset_condition)
 
 
+def test_cdc_freshness_checks_every_minute_and_fails_naming_each_table_past_its_objective(dagbag, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from cdclake.lake.freshness import Freshness
+
+    dag = dagbag.dags["cdc_freshness"]
+    assert (dag.max_active_runs, dag.timetable.expression, [t.task_id for t in dag.tasks]) == (
+        1,
+        "* * * * *",
+        ["check"],
+    )
+    check = dag.get_task("check").python_callable
+    now = 1_800_000_000_000
+    found = [
+        Freshness("orders", 60, 3, now - 61_000, now),  # waited 61 s, objective 60 s: missed
+        Freshness("customers", 60, 1, now - 59_000, now),  # 59 s: within
+        Freshness("products", 5, 0, None, now, valid_through_ms=now - 10**9),  # old events, nothing waits
+    ]
+    monkeypatch.setattr("cdclake.lake.freshness.table_freshness", lambda settings: found)
+    with pytest.raises(AirflowFailException) as raised:
+        check()
+    assert str(raised.value) == (
+        "FRESHNESS MISSED orders: acked data has waited 61 s to become visible (freshness by commit time; "
+        "oldest of 3 pending staging objects), objective 60 s"
+    )
+    monkeypatch.setattr("cdclake.lake.freshness.table_freshness", lambda settings: found[1:])
+    assert check() == {"customers": 59.0, "products": 0.0}
+
+
 # --------------------------------------------------------------------------- issue 13, finding 3:
 # plans keep applying whatever the number of tables (Airflow refuses more than 1,024 mapped tasks).
 
