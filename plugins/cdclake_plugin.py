@@ -22,6 +22,7 @@ VIEWS: list[dict[str, Any]] = [
         # Relative: the UI resolves it against its base URL (works behind a path prefix).
         "href": URL_PREFIX.lstrip("/") + "/",
         "destination": "nav",
+        "nav_top_level": True,  # its own entry in the navigation bar, not under "Plugins"
         "url_route": "lakehouse",
     }
 ]

@@ -94,17 +94,15 @@ class Airflow:
 
 def create_app(settings_of: Callable[[], Settings]) -> FastAPI:
     """The app; ``settings_of`` is called per request (cheap), so a test can point it anywhere."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
-
-    def may_trigger(dag_id: str) -> Any:
-        return Depends(requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id))
+    from airflow.api_fastapi.core_api.security import get_user
 
     app = FastAPI(title="cdclake Lakehouse", dependencies=[Depends(get_user)], docs_url=None, redoc_url=None)
+    _read_routes(app, settings_of)
+    _action_routes(app, settings_of)
+    return app
 
-    def airflow(request: Request) -> Airflow:
-        return Airflow(settings_of().airflow_url, user_token(request))
 
+def _read_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
     @app.get("/", response_class=HTMLResponse)
     def page() -> HTMLResponse:
         from cdclake.orchestration.lakehouse_page import render
@@ -129,17 +127,28 @@ def create_app(settings_of: Callable[[], Settings]) -> FastAPI:
         if error:
             raise HTTPException(503, error)
         keep = ("table", "data_files", "small_files", "delete_files", "snapshots", "compaction_candidate")
-        with airflow(request) as af:
+        with Airflow(settings_of().airflow_url, user_token(request)) as af:
             runs = af.recent_runs(COMPACTION_DAG)
         return {"tables": [{k: s.as_dict()[k] for k in keep} for s in statuses if s.exists], "recent_runs": runs}
+
+
+def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    def may_trigger(dag_id: str) -> Any:
+        return Depends(requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id))
+
+    def trigger(request: Request, dag_id: str, conf: dict[str, Any]) -> dict[str, str]:
+        with Airflow(settings_of().airflow_url, user_token(request)) as af:
+            return af.trigger(dag_id, conf)
 
     @app.post("/v1/compaction/run", dependencies=[may_trigger(COMPACTION_DAG)])
     def compact(body: CompactionRun, request: Request) -> dict[str, str]:
         conf: dict[str, Any] = {"tables": [body.table], "min_input_files": body.min_input_files}
         if body.where:
             conf["where"] = body.where
-        with airflow(request) as af:
-            return af.trigger(COMPACTION_DAG, conf)
+        return trigger(request, COMPACTION_DAG, conf)
 
     @app.post("/v1/compaction/auto", dependencies=[may_trigger(COMPACTION_DAG)])
     def auto(request: Request, body: AutoCompaction | None = None) -> dict[str, Any]:
@@ -147,21 +156,18 @@ def create_app(settings_of: Callable[[], Settings]) -> FastAPI:
         found = [c["table"] for c in _candidates(settings_of(), min_files)]
         if not found:
             return {"candidates": [], "run": None}
-        with airflow(request) as af:
-            run = af.trigger(COMPACTION_DAG, {"tables": found, "min_input_files": min_files})
-        return {"candidates": found, "run": run}
+        return {
+            "candidates": found,
+            "run": trigger(request, COMPACTION_DAG, {"tables": found, "min_input_files": min_files}),
+        }
 
     @app.post("/v1/apply", dependencies=[may_trigger(APPLY_DAG)])
     def apply(body: TableAction, request: Request) -> dict[str, str]:
-        with airflow(request) as af:
-            return af.trigger(APPLY_DAG, {"tables": [body.table]})
+        return trigger(request, APPLY_DAG, {"tables": [body.table]})
 
     @app.post("/v1/expire", dependencies=[may_trigger(EXPIRE_DAG)])
     def expire(body: TableAction, request: Request) -> dict[str, str]:
-        with airflow(request) as af:
-            return af.trigger(EXPIRE_DAG, {"tables": [body.table]})
-
-    return app
+        return trigger(request, EXPIRE_DAG, {"tables": [body.table]})
 
 
 def _now_ms() -> int:
