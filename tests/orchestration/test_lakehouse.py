@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -145,3 +145,116 @@ def test_anonymous_requests_are_refused(settings: Settings, method: str, path: s
     r = client.request(method, path, json={"table": "orders"})
     assert r.status_code == 401, (r.status_code, r.text)
     assert r.json() == {"detail": "Not authenticated"}
+
+
+class FakeUser:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_id(self) -> str:
+        return self.name
+
+    def get_name(self) -> str:
+        return self.name
+
+
+class FakeAuthManager:
+    """Airflow's auth manager as ``get_user`` and ``requires_access_dag`` ask it: a token names
+    its user; only ``admin`` may trigger runs, anyone may read."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str, str | None]] = []
+
+    async def get_user_from_token(self, token: str) -> FakeUser:
+        return FakeUser(token.removeprefix("token-of-"))
+
+    def is_authorized_dag(self, *, method: str, access_entity: Any, details: Any, user: FakeUser) -> bool:
+        self.asked.append((user.get_name(), method, details.id))
+        return user.get_name() == "admin" or method == "GET"
+
+
+class RecordingAirflow:
+    """The app's REST client, recording what it would send."""
+
+    calls: ClassVar[list[tuple[str, str, str, dict[str, Any]]]] = []
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.base_url, self.token = base_url, token
+
+    def __enter__(self) -> RecordingAirflow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def trigger(self, dag_id: str, conf: dict[str, Any]) -> dict[str, str]:
+        RecordingAirflow.calls.append((self.base_url, self.token, dag_id, conf))
+        return {"dag_id": dag_id, "run_id": "manual__1", "url": f"../dags/{dag_id}/runs/manual__1"}
+
+
+@pytest.fixture
+def authed(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> tuple[Any, FakeAuthManager]:
+    import airflow.api_fastapi.core_api.security as security
+    from airflow.models.dag import DagModel
+    from fastapi.testclient import TestClient
+
+    import cdclake.orchestration.lakehouse as lakehouse
+
+    fake = FakeAuthManager()
+    monkeypatch.setattr(security, "get_auth_manager", lambda: fake)
+    monkeypatch.setattr(DagModel, "get_team_name", staticmethod(lambda dag_id, **_: None))  # no metadata DB here
+    monkeypatch.setattr(lakehouse, "Airflow", RecordingAirflow)
+    RecordingAirflow.calls = []
+    return TestClient(lakehouse.create_app(lambda: settings)), fake
+
+
+def test_a_user_who_may_not_trigger_gets_403_and_no_run(authed: tuple[Any, FakeAuthManager]) -> None:
+    client, fake = authed
+    viewer = {"Authorization": "Bearer token-of-viewer"}
+    for path, body in (("/v1/compaction/run", {"table": "orders"}), ("/v1/apply", {"table": "orders"})):
+        r = client.post(path, json=body, headers=viewer)
+        assert r.status_code == 403, r.text
+    assert RecordingAirflow.calls == []
+    assert ("viewer", "POST", "iceberg_compaction") in fake.asked and ("viewer", "POST", "cdc_apply") in fake.asked
+    assert client.get("/v1/compaction/candidates", headers=viewer).json() == {"min_input_files": 5, "candidates": []}
+
+
+def test_an_action_triggers_its_dag_with_the_callers_own_token(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    client, _ = authed
+    r = client.post(
+        "/v1/compaction/run",
+        json={"table": "orders", "where": "created_at >= '2026-01-02'"},
+        cookies={"_token": "token-of-admin"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["url"] == "../dags/iceberg_compaction/runs/manual__1"
+    r = client.post("/v1/expire", json={"table": "orders"}, headers={"Authorization": "Bearer token-of-admin"})
+    assert r.status_code == 200, r.text
+    assert RecordingAirflow.calls == [
+        (
+            settings.airflow_url,
+            "token-of-admin",
+            "iceberg_compaction",
+            {"tables": ["orders"], "min_input_files": 5, "where": "created_at >= '2026-01-02'"},
+        ),
+        (settings.airflow_url, "token-of-admin", "iceberg_expire", {"tables": ["orders"]}),
+    ]
+
+
+def test_auto_compaction_triggers_one_run_over_the_current_candidates(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    client, _ = authed
+    admin = {"Authorization": "Bearer token-of-admin"}
+    assert client.post("/v1/compaction/auto", headers=admin).json() == {"candidates": [], "run": None}
+    cdc_table(settings, appends=6, counts={"received": 1, "applied": 1})  # 6 small files: a candidate
+    r = client.post("/v1/compaction/auto", headers=admin)
+    assert r.status_code == 200, r.text
+    assert r.json()["candidates"] == ["orders"]
+    assert RecordingAirflow.calls == [
+        (settings.airflow_url, "token-of-admin", "iceberg_compaction", {"tables": ["orders"], "min_input_files": 5})
+    ]
+    (found,) = client.get("/v1/compaction/candidates", headers=admin).json()["candidates"]
+    assert (found["table"], found["data_files"], found["small_files"]) == ("orders", 6, 6)
