@@ -9,6 +9,7 @@ import json
 from datetime import UTC, datetime
 from html import escape
 
+from cdclake.contracts.events import RESERVED_SUFFIXES
 from cdclake.contracts.watermark import EVENT_COUNTS
 from cdclake.lake.status import TableStatus
 
@@ -76,13 +77,16 @@ def _accounting(s: TableStatus) -> str:
     a = s.last_apply
     if a is None:
         return "-"
-    counts = " ".join(f'<span data-count="{k}">{escape(str(a.counts[k]))}</span>' for k in EVENT_COUNTS)
-    return f"{escape(_time(a.committed_ms))}<br>{counts}"
+    when = escape(_time(a.committed_ms))
+    if all(v is None for v in a.counts.values()):
+        return f"{when}<br><small>(no accounting: a side table)</small>"
+    shown = [f'{k} <span data-count="{k}">{"-" if a.counts[k] is None else a.counts[k]}</span>' for k in EVENT_COUNTS]
+    return f"{when}<br>{shown[0]} = {' + '.join(shown[1:])}"
 
 
 def _reasons(s: TableStatus) -> str:
     if s.quarantined is None:
-        return "- <small>(no quarantine table)</small>"
+        return "-" if s.table.endswith(RESERVED_SUFFIXES) else "- <small>(no quarantine table)</small>"
     reasons = "".join(f"<br><small>{escape(r)}: {n}</small>" for r, n in s.top_reasons)
     return f'<span data-count="quarantined">{s.quarantined}</span>{reasons}'
 
@@ -90,9 +94,14 @@ def _reasons(s: TableStatus) -> str:
 def _actions(s: TableStatus) -> str:
     t = escape(s.table)
     js_name = escape(json.dumps(s.table))  # a JS string literal, then attribute-escaped
+    # A side table (<t>__changes, ...) is written by its CDC table's apply: nothing to apply by itself.
+    apply = (
+        ""
+        if s.table.endswith(RESERVED_SUFFIXES)
+        else f"<button onclick=\"act(this, 'v1/apply', {{table: {js_name}}})\">Apply</button> "
+    )
     return (
-        f"<button onclick=\"act(this, 'v1/apply', {{table: {js_name}}})\">Apply</button> "
-        f'<input name="where" placeholder="partition filter" aria-label="partition filter for {t}"> '
+        apply + f'<input name="where" placeholder="partition filter" aria-label="partition filter for {t}"> '
         f'<button onclick="compact(this, {js_name})">Compact</button> '
         f"<button onclick=\"act(this, 'v1/expire', {{table: {js_name}}})\">Expire</button>"
         '<div data-role="run"></div>'

@@ -246,6 +246,7 @@ def shown(frame: Any, table: str) -> dict[str, Any]:
     from cdclake.contracts.watermark import EVENT_COUNTS
 
     row = frame.locator(f'tr[data-table="{table}"]')
+    row.wait_for()  # after a reload the frame fills in later; count() below does not wait
 
     def cell(col: str) -> str:
         text: str = row.locator(f'td[data-col="{col}"]').inner_text()
