@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
@@ -118,7 +118,7 @@ def _read_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
         return [s.as_dict() for s in statuses]
 
     @app.get("/v1/compaction/candidates")
-    def candidates(min_input_files: int = DEFAULT_MIN_FILES) -> dict[str, Any]:
+    def candidates(min_input_files: int = Query(DEFAULT_MIN_FILES, ge=1)) -> dict[str, Any]:
         return {"min_input_files": min_input_files, "candidates": _candidates(settings_of(), min_input_files)}
 
     @app.get("/v1/compaction/metrics")

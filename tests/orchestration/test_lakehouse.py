@@ -187,6 +187,10 @@ class RecordingAirflow:
     def __exit__(self, *exc: object) -> None:
         pass
 
+    def recent_runs(self, dag_id: str) -> list[dict[str, Any]]:
+        RecordingAirflow.calls.append((self.base_url, self.token, dag_id, {}))
+        return [{"dag_run_id": "scheduled__1", "state": "success"}]
+
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> dict[str, str]:
         RecordingAirflow.calls.append((self.base_url, self.token, dag_id, conf))
         return {"dag_id": dag_id, "run_id": "manual__1", "url": f"../dags/{dag_id}/runs/manual__1"}
@@ -258,3 +262,30 @@ def test_auto_compaction_triggers_one_run_over_the_current_candidates(
     ]
     (found,) = client.get("/v1/compaction/candidates", headers=admin).json()["candidates"]
     assert (found["table"], found["data_files"], found["small_files"]) == ("orders", 6, 6)
+
+
+def test_compaction_metrics_are_file_counts_and_the_recent_runs(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    client, _ = authed
+    cdc_table(settings, appends=2, counts={"received": 1, "applied": 1})
+    r = client.get("/v1/compaction/metrics", headers={"Authorization": "Bearer token-of-viewer"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "tables": [
+            {
+                "table": "orders",
+                "data_files": 2,
+                "small_files": 2,
+                "delete_files": 0,
+                "snapshots": 2,
+                "compaction_candidate": False,
+            }
+        ],
+        "recent_runs": [{"dag_run_id": "scheduled__1", "state": "success"}],
+    }
+    assert RecordingAirflow.calls == [(settings.airflow_url, "token-of-viewer", "iceberg_compaction", {})]
+    assert (
+        client.get("/v1/compaction/candidates?min_input_files=0", headers={"Authorization": "Bearer x"}).status_code
+        == 422
+    )
