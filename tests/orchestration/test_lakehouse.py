@@ -110,7 +110,14 @@ def test_the_page_escapes_and_labels_both_freshness_figures(settings: Settings) 
     html = render(lake_status(settings, T0_MS), None, T0_MS)
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     assert "freshness by commit time" in html and "freshness by event time" in html
-    assert 'data-table="orders"' in html and 'data-table="orders__quarantine"' in html
+    rows = {r.split('"')[0]: r for r in html.split('<tr data-table="')[1:]}
+    assert sorted(rows) == ["orders", "orders__quarantine"]
+    assert (
+        'received <span data-count="received">1</span> = applied <span data-count="applied">1</span>' in rows["orders"]
+    )
+    assert '<span data-count="duplicate">-</span>' in rows["orders"]  # not recorded: shown as such, not 0
+    assert ">Apply</button>" in rows["orders"] and ">Compact</button>" in rows["orders"]
+    assert ">Apply</button>" not in rows["orders__quarantine"]  # a side table: its CDC table's apply writes it
     error = render([], "OperationalError: unable to open database file", T0_MS)
     assert 'data-role="error"' in error and "unable to open database file" in error
 
