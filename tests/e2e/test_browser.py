@@ -5,8 +5,12 @@ the run page until the run shows Success.
 
 The proof that the form's value travelled: a table of 3 small files is not a compaction
 candidate at the default ``min_input_files`` (5), only at the 2 typed into the form; after the
-run it has one data file, and the run's conf (REST API) holds the typed values. Screenshots go
-to ``$CDCLAKE_TEST_ARTIFACTS`` (default ``.cdclake/test-artifacts/``).
+run it has one data file, and the run's conf (REST API) holds the typed values.
+
+In the same stack, the cdclake plugin's Lakehouse page: opened from the navigation bar, its numbers
+checked against pyiceberg read here, Apply and Compact clicked on it (runs of the DAGs; the file
+count falls), and its API refusing an anonymous caller. Screenshots go to
+``$CDCLAKE_TEST_ARTIFACTS`` (default ``.cdclake/test-artifacts/``).
 """
 
 from __future__ import annotations
