@@ -348,10 +348,17 @@ def test_lakehouse_page_matches_the_catalog_and_compacts(stack: LocalStack) -> N
             conf = client.run(dag_id, run_id)["conf"]
             assert conf["tables"] == [LH_SMALL] and conf["where"] == "id >= 0", conf
             finished(dag_id, run_id)
+            # The run link opens the run's page in the Airflow UI (the whole window, not the frame).
+            frame.locator(f'tr[data-table="{LH_SMALL}"] [data-role=run] a').click()
+            page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/"))
+            expect(page.get_by_test_id("header-card").get_by_role("heading", name=run_id)).to_be_visible()
+            shot(page, "04-run-page")
+            page.go_back()
+            page.wait_for_url(re.compile(r"/plugin/lakehouse"))
             page.reload()
             frame = page.frame_locator("iframe").first
             after = shown(frame, LH_SMALL)
-            shot(page, "04-compacted")
+            shot(page, "05-compacted")
             truth = catalog_truth(stack, LH_SMALL)
             assert after["data_files"] == truth["data_files"] == 1 < before["data_files"]
             assert after["rows"] == truth["rows"] == 2 * LH_SMALL_FILES and after["candidate"] == "no"
