@@ -32,9 +32,22 @@ async function act(button, path, body) {
   if (!r.ok) { out.textContent = 'refused: HTTP ' + r.status + ' ' + (answer.detail || ''); return; }
   out.textContent = '';
   const a = document.createElement('a');
-  a.href = answer.url; a.target = '_top'; a.textContent = answer.dag_id + ' ' + answer.run_id;
+  a.href = answer.url; a.textContent = answer.dag_id + ' ' + answer.run_id;
   a.dataset.runId = answer.run_id; a.dataset.dagId = answer.dag_id;
+  a.onclick = (event) => openInUi(event, a);
   out.appendChild(a);
+}
+// The UI frames this page with sandbox="allow-scripts allow-same-origin ...", without
+// allow-top-navigation: a target=_top link is blocked. Same origin, so the run page is opened
+// by the UI's own router instead (a history entry and a popstate, as the Back button makes);
+// elsewhere (the page opened on its own) the link is followed as usual.
+function openInUi(event, a) {
+  try {
+    if (window.top === window) return;
+    window.top.history.pushState(null, '', a.pathname + a.search);
+    window.top.dispatchEvent(new PopStateEvent('popstate', {state: null}));
+    event.preventDefault();
+  } catch (e) { /* not the same origin: follow the link in this frame */ }
 }
 function compact(button, table) {
   const where = button.closest('tr').querySelector('input[name=where]').value.trim();

@@ -353,9 +353,7 @@ def test_lakehouse_page_matches_the_catalog_and_compacts(stack: LocalStack) -> N
             page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/"))
             expect(page.get_by_test_id("header-card").get_by_role("heading", name=run_id)).to_be_visible()
             shot(page, "04-run-page")
-            page.go_back()
-            page.wait_for_url(re.compile(r"/plugin/lakehouse"))
-            page.reload()
+            page.goto(f"{base}/plugin/lakehouse")
             frame = page.frame_locator("iframe").first
             after = shown(frame, LH_SMALL)
             shot(page, "05-compacted")
