@@ -19,7 +19,7 @@ table { border-collapse: collapse; font-size: 13px; }
 th, td { border: 1px solid #cbd5e0; padding: 4px 6px; vertical-align: top; text-align: right; }
 th { background: #edf2f7; } td.name, td.actions, td.reasons { text-align: left; }
 .candidate { color: #b7791f; font-weight: 600; } .error { color: #c53030; font-weight: 600; }
-small { color: #4a5568; } input { width: 9rem; }
+small { color: #4a5568; } input { width: 9rem; } input[type=number] { width: 3rem; }
 """
 
 SCRIPT = """
@@ -50,10 +50,16 @@ function openInUi(event, a) {
   } catch (e) { /* not the same origin: follow the link in this frame */ }
 }
 function compact(button, table) {
-  const where = button.closest('tr').querySelector('input[name=where]').value.trim();
-  act(button, 'v1/compaction/run', where ? {table: table, where: where} : {table: table});
+  const row = button.closest('tr');
+  const where = row.querySelector('input[name=where]').value.trim();
+  const body = {table: table, min_input_files: Number(row.querySelector('input[name=min_input_files]').value)};
+  act(button, 'v1/compaction/run', where ? {...body, where: where} : body);
 }
 """
+
+PAGE_MIN_FILES = 2
+"""The Compact button's min_input_files: asked for by name, a table's small files are merged
+even below the schedule's 5 (iceberg_compaction compacts a named table whatever its health)."""
 
 HEADERS = (
     "table",
@@ -115,6 +121,8 @@ def _actions(s: TableStatus) -> str:
     )
     return (
         apply + f'<input name="where" placeholder="partition filter" aria-label="partition filter for {t}"> '
+        f'<input name="min_input_files" type="number" min="1" value="{PAGE_MIN_FILES}" '
+        f'aria-label="min input files for {t}" title="min input files"> '
         f'<button onclick="compact(this, {js_name})">Compact</button> '
         f"<button onclick=\"act(this, 'v1/expire', {{table: {js_name}}})\">Expire</button>"
         '<div data-role="run"></div>'
