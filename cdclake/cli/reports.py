@@ -12,6 +12,7 @@ from cdclake.cli.output import Result
 from cdclake.config.settings import Settings
 from cdclake.contracts.watermark import EVENT_COUNTS, SUMMARY_KEY, counts_of
 from cdclake.lake.statements import EPOCH, QueryError
+from cdclake.lake.status import live_rows
 
 
 def _ms_time(ms: int | None) -> datetime | None:
@@ -24,17 +25,6 @@ def last_applied_ms(table: Any) -> int | None:
 
     snap = watermark_snapshot(table)
     return None if snap is None else int(snap.timestamp_ms)
-
-
-def live_rows(table: Any, fallback: int) -> int:
-    """Rows a reader sees: the current snapshot's records minus its position deletes (what
-    merge-on-read MERGE and DELETE write), from the summary totals; ``fallback`` without them."""
-    snap = table.current_snapshot()
-    props = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
-    try:
-        return int(props["total-records"]) - int(props.get("total-position-deletes", 0))
-    except (KeyError, ValueError):
-        return fallback
 
 
 def tables_report(settings: Settings, now: datetime | None = None) -> Result:

@@ -119,6 +119,14 @@ def pending_objects(
         yield from (k for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
 
 
+def pending_by_table(settings: Settings, store: staging.Store | None = None) -> dict[str, list[staging.ObjectKey]]:
+    """Staging objects not consumed yet, by table (oldest first: listings are in name order)."""
+    out: dict[str, list[staging.ObjectKey]] = {}
+    for key in pending_objects(settings, store=store):
+        out.setdefault(key.table, []).append(key)
+    return out
+
+
 def pending_tables(
     settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
 ) -> dict[str, int]:

@@ -66,16 +66,12 @@ def table_freshness(
 ) -> list[Freshness]:
     """Every CDC table with a staging folder or an Iceberg table, by name; ``event_time`` also
     reads valid-through from the manifests (every data file's metadata: not free)."""
-    from cdclake.lake.catalog import load_table, pending_objects, watermark_snapshot
+    from cdclake.lake.catalog import load_table, pending_by_table, watermark_snapshot
     from cdclake.lake.health import cdc_tables, table_health
 
     store = store or stores.open_store(settings)
     config = load_table_config(settings)
-    oldest: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for key in pending_objects(settings, store=store):
-        counts[key.table] = counts.get(key.table, 0) + 1
-        oldest[key.table] = min(oldest.get(key.table, key.landed_ms), key.landed_ms)
+    pending = pending_by_table(settings, store)
     # After the listing: an object that landed during it is not older than now.
     now_ms = StoreClock(store).lower_ms()
     out = []
@@ -88,8 +84,8 @@ def table_freshness(
             Freshness(
                 table=table,
                 objective_s=config.freshness_objective_s(table, settings),
-                pending_objects=counts.get(table, 0),
-                oldest_pending_ms=oldest.get(table),
+                pending_objects=len(pending.get(table, [])),
+                oldest_pending_ms=min((k.landed_ms for k in pending.get(table, [])), default=None),
                 now_ms=now_ms,
                 last_apply=dict(summary),
                 last_apply_ms=snap.timestamp_ms if snap is not None else None,

@@ -406,6 +406,23 @@ def test_airflow_components_and_receiver_find_each_other() -> None:
         assert "CDCLAKE_AIRFLOW_PASSWORD" not in env_of(svcs[name]), f"{name} has the receiver's Airflow login"
 
 
+def test_the_api_server_serves_the_lakehouse_plugin_over_the_same_lake() -> None:
+    """The plugin is loaded from the image's plugins folder, as in the embedded stack; its app
+    reads the catalog and staging the pipeline writes, and creates runs on the api-server itself."""
+    svcs = services()
+    api = svcs["airflow-api-server"]
+    env = env_of(api)
+    folder = Path(env["AIRFLOW__CORE__PLUGINS_FOLDER"]).relative_to("/opt/cdclake")
+    assert (ROOT / folder / "cdclake_plugin.py").is_file()
+    s, receiver = load(env), load(env_of(svcs["receiver"]))
+    assert s.airflow_url == f"http://airflow-api-server:{int(opt(argv(api), '--port'))}"
+    assert (s.catalog_url, s.staging_url, s.namespace) == (
+        receiver.catalog_url,
+        receiver.staging_url,
+        receiver.namespace,
+    )
+
+
 def test_published_ports_are_loopback_and_reach_a_listener() -> None:
     for name, svc in services().items():
         for host_ip, host_port, container in published(svc):

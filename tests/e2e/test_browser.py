@@ -5,8 +5,12 @@ the run page until the run shows Success.
 
 The proof that the form's value travelled: a table of 3 small files is not a compaction
 candidate at the default ``min_input_files`` (5), only at the 2 typed into the form; after the
-run it has one data file, and the run's conf (REST API) holds the typed values. Screenshots go
-to ``$CDCLAKE_TEST_ARTIFACTS`` (default ``.cdclake/test-artifacts/``).
+run it has one data file, and the run's conf (REST API) holds the typed values.
+
+In the same stack, the cdclake plugin's Lakehouse page: opened from the navigation bar, its numbers
+checked against pyiceberg read here, Apply and Compact clicked on it (runs of the DAGs; the file
+count falls), and its API refusing an anonymous caller. Screenshots go to
+``$CDCLAKE_TEST_ARTIFACTS`` (default ``.cdclake/test-artifacts/``).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         yield s
 
 
-def small_files_table(stack: LocalStack, files: int = 3) -> None:
+def small_files_table(stack: LocalStack, files: int = 3, name: str = TABLE) -> None:
     """An Iceberg table of ``files`` tiny data files (pyiceberg appends, no JVM)."""
     import pyarrow as pa
 
@@ -55,7 +59,7 @@ def small_files_table(stack: LocalStack, files: int = 3) -> None:
     catalog = open_catalog(settings)
     catalog.create_namespace_if_not_exists(settings.namespace)
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
-    table = catalog.create_table((settings.namespace, TABLE), schema=schema)
+    table = catalog.create_table((settings.namespace, name), schema=schema)
     for i in range(files):
         table.append(pa.table({"id": [2 * i, 2 * i + 1], "v": [f"a{i}", f"b{i}"]}, schema=schema))
 
@@ -178,3 +182,188 @@ def test_trigger_compaction_from_the_ui_form(stack: LocalStack) -> None:
     assert [ti["state"] for ti in compact] == ["success"], tis  # a candidate only at 2, not at 5
     assert data_files(stack) == 1
     print(f"[browser {time.monotonic() - t0:5.1f}s] screenshots in {out}: {[p.name for p in shots]}", flush=True)
+
+
+# --------------------------------------------------------------------------- the Lakehouse page
+LH_SMALL, LH_CDC = "lh_small_files", "lh_orders"
+# Below iceberg_compaction's min_input_files (5): no scheduled run (the stack's DAGs run) takes
+# it before the page's Compact, which asks for the table by name with min_input_files 2.
+LH_SMALL_FILES = 4
+
+
+def log_in(page: Any, stack: LocalStack) -> None:
+    """SimpleAuthManager's login page, with the generated admin password."""
+    page.goto(stack.settings.airflow_url)
+    page.wait_for_url(re.compile(r"/auth/login"))
+    page.get_by_role("textbox", name="Username").fill(ADMIN_USER)
+    page.get_by_label("Password").fill(stack.password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/auth/login" not in url)
+
+
+def cdc_batches() -> list[dict[str, Any]]:
+    """6 events over 4 keys of ``lh_orders``, in two batches (two staging objects)."""
+
+    def ev(seq: int, op: str, key: int, amount: int) -> dict[str, Any]:
+        after = {"id": key, "amount": amount}
+        return {
+            "sequence": seq,
+            "timestamp": 1_767_225_600_000 + seq,
+            "operation": op,
+            "table": LH_CDC,
+            "rowId": str(key),
+            "after": after,
+        }
+
+    first = [ev(1, "INSERT", 1, 10), ev(2, "INSERT", 2, 20), ev(3, "INSERT", 3, 30), ev(4, "UPDATE", 1, 11)]
+    second = [ev(5, "INSERT", 4, 40), ev(4, "UPDATE", 1, 11)]  # the update again: the same event
+    return [
+        {"source": "lh", "sequenceNumber": 1, "events": first},
+        {"source": "lh", "sequenceNumber": 2, "events": second},
+    ]
+
+
+def catalog_truth(stack: LocalStack, table: str) -> dict[str, Any]:
+    """What the page must show, read here with pyiceberg directly: files from the manifests, rows
+    by scanning, the accounting from the newest snapshot summary that carries the watermark."""
+    from cdclake.contracts.watermark import EVENT_COUNTS, SUMMARY_KEY, count_key
+    from cdclake.lake.catalog import open_catalog
+
+    t = open_catalog(stack.settings).load_table((stack.settings.namespace, table))
+    files = t.inspect.files().to_pylist()
+    with_wm = [
+        s for s in t.metadata.snapshots if s.summary is not None and SUMMARY_KEY in s.summary.additional_properties
+    ]
+    counts = {}
+    if with_wm:
+        props = max(with_wm, key=lambda s: s.timestamp_ms).summary.additional_properties  # type: ignore[union-attr]
+        counts = {k: props.get(count_key(k)) for k in EVENT_COUNTS}
+    return {
+        "rows": t.scan().to_arrow().num_rows,
+        "data_files": sum(1 for f in files if f["content"] == 0),
+        "delete_files": sum(1 for f in files if f["content"] != 0),
+        "snapshots": len(t.metadata.snapshots),
+        "counts": counts,
+    }
+
+
+def shown(frame: Any, table: str) -> dict[str, Any]:
+    """The numbers the page shows for ``table``."""
+    from cdclake.contracts.watermark import EVENT_COUNTS
+
+    row = frame.locator(f'tr[data-table="{table}"]')
+    row.wait_for()  # after a reload the frame fills in later; count() below does not wait
+
+    def cell(col: str) -> str:
+        text: str = row.locator(f'td[data-col="{col}"]').inner_text()
+        return text.split()[0]
+
+    counts = {}
+    if row.locator("[data-count=received]").count():
+        counts = {k: row.locator(f'td[data-col="last_apply"] [data-count="{k}"]').inner_text() for k in EVENT_COUNTS}
+    return {
+        "rows": int(cell("rows")),
+        "data_files": int(cell("data_files")),
+        "delete_files": int(cell("delete_files")),
+        "snapshots": int(cell("snapshots")),
+        "counts": counts,
+        "pending": int(cell("pending_objects")),
+        "candidate": cell("compaction_candidate"),
+    }
+
+
+def click_action(frame: Any, table: str, button: str, where: str = "") -> tuple[str, str]:
+    """Click a row's action; the run link it shows: (dag_id, run_id)."""
+    row = frame.locator(f'tr[data-table="{table}"]')
+    if where:
+        row.get_by_role("textbox", name=f"partition filter for {table}").fill(where)
+    row.get_by_role("button", name=button, exact=True).click()
+    link = row.locator("[data-role=run] a")
+    link.wait_for()
+    return link.get_attribute("data-dag-id") or "", link.get_attribute("data-run-id") or ""
+
+
+def test_lakehouse_page_matches_the_catalog_and_compacts(stack: LocalStack) -> None:
+    """The plugin's page in the UI: its numbers against pyiceberg, Apply and Compact from the page
+    through the DAGs (the file count falls), and its API refuses an anonymous caller."""
+    import httpx
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.support import stage
+
+    client = stack.airflow
+    for dag in ("cdc_apply", DAG_ID):
+        client.wait_dag(dag)
+    base = stack.settings.airflow_url
+    for method, path in (("GET", "/lakehouse/"), ("POST", "/lakehouse/v1/compaction/run")):
+        r = httpx.request(method, base + path, json={"table": LH_SMALL}, timeout=30)
+        assert r.status_code == 401, (method, path, r.status_code, r.text)
+    small_files_table(stack, files=LH_SMALL_FILES, name=LH_SMALL)
+    stage(stack.settings, cdc_batches())
+
+    out = artifacts_dir()
+    t0 = time.monotonic()
+
+    def shot(page: Any, name: str) -> None:
+        page.screenshot(path=str(out / f"lakehouse-{name}.png"), full_page=True)
+        print(f"[lakehouse {time.monotonic() - t0:5.1f}s] screenshot lakehouse-{name}.png", flush=True)
+
+    def finished(dag_id: str, run_id: str) -> None:
+        state = client.wait_run(dag_id, run_id, timeout=RUN_TIMEOUT_S)
+        assert state == "success", (dag_id, run_id, client.task_instances(dag_id, run_id))
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        page.set_default_timeout(30_000)
+        try:
+            log_in(page, stack)
+            page.get_by_role("link", name="Lakehouse").first.click()  # the plugin's navigation entry
+            page.wait_for_url(re.compile(r"/plugin/lakehouse"))
+            frame = page.frame_locator("iframe").first
+            expect(frame.get_by_role("heading", name="Lakehouse")).to_be_visible()
+            shot(page, "01-opened")
+
+            # --- Apply from the page: cdc_apply for lh_orders --------------------------------
+            dag_id, run_id = click_action(frame, LH_CDC, "Apply")
+            assert dag_id == "cdc_apply" and client.run(dag_id, run_id)["conf"] == {"tables": [LH_CDC]}
+            finished(dag_id, run_id)
+            page.reload()
+            frame = page.frame_locator("iframe").first
+            cdc = shown(frame, LH_CDC)
+            shot(page, "02-applied")
+            truth = catalog_truth(stack, LH_CDC)
+            assert {k: cdc[k] for k in truth} == {**truth, "counts": {k: str(v) for k, v in truth["counts"].items()}}
+            assert cdc["rows"] == 4 and cdc["pending"] == 0  # 4 keys; both objects consumed
+            assert int(cdc["counts"]["received"]) == 6  # every staged event
+            parts = [int(cdc["counts"][k]) for k in ("applied", "duplicate", "superseded", "late", "quarantined")]
+            assert sum(parts) == 6, cdc["counts"]
+
+            # --- Compact from the page, with a partition filter ------------------------------
+            before = shown(frame, LH_SMALL)
+            assert before["data_files"] == LH_SMALL_FILES == catalog_truth(stack, LH_SMALL)["data_files"]
+            assert before["candidate"] == "no"  # at the schedule's 5
+            dag_id, run_id = click_action(frame, LH_SMALL, "Compact", where="id >= 0")
+            shot(page, "03-compaction-triggered")
+            assert dag_id == DAG_ID
+            conf = client.run(dag_id, run_id)["conf"]
+            assert (conf["tables"], conf["where"], conf["min_input_files"]) == ([LH_SMALL], "id >= 0", 2), conf
+            finished(dag_id, run_id)
+            # The run link opens the run's page in the Airflow UI (the whole window, not the frame).
+            frame.locator(f'tr[data-table="{LH_SMALL}"] [data-role=run] a').click()
+            page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/"))
+            expect(page.get_by_test_id("header-card").get_by_role("heading", name=run_id)).to_be_visible()
+            shot(page, "04-run-page")
+            page.goto(f"{base}/plugin/lakehouse")
+            frame = page.frame_locator("iframe").first
+            after = shown(frame, LH_SMALL)
+            shot(page, "05-compacted")
+            truth = catalog_truth(stack, LH_SMALL)
+            assert after["data_files"] == truth["data_files"] == 1 < before["data_files"]
+            assert after["rows"] == truth["rows"] == 2 * LH_SMALL_FILES and after["candidate"] == "no"
+        except (AssertionError, PlaywrightError):
+            shot(page, "failure")
+            raise
+        finally:
+            browser.close()

@@ -67,7 +67,7 @@ def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type:
     assert ASSET_NAME in names or ASSET_NAME in repr(dag.timetable.asset_condition)
 
 
-def test_cdc_freshness_checks_every_5_minutes_and_fails_naming_each_table_past_its_objective(dagbag, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_cdc_freshness_every_5_minutes_fails_naming_each_table_past_its_objective(dagbag, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from airflow.sdk.exceptions import AirflowFailException
 
     from cdclake.lake.freshness import Freshness
