@@ -191,7 +191,7 @@ def depth_guard() -> Iterator[None]:
         raise too_deep() from None
 
 
-def _invalid(exc: events.InvalidBatch) -> Rejected:
+def invalid(exc: events.InvalidBatch) -> Rejected:
     return Rejected(400, "invalid_format", exc.message, exc.field)
 
 
@@ -210,9 +210,9 @@ def decode_json(
         try:
             obj = msgspec.json.decode(body)
         except msgspec.DecodeError:
-            raise _invalid(first) from None
+            raise invalid(first) from None
         if not debezium.looks_like_debezium(obj):
-            raise _invalid(first) from None
+            raise invalid(first) from None
         return decode_debezium_obj(obj, max_event, producer, limits, tables)
 
 
@@ -252,7 +252,7 @@ def decode_debezium_obj(
         # only those would make its HTTP sink retry it forever.
         return Decoded(None, True)
     except events.InvalidBatch as exc:
-        raise _invalid(exc) from None
+        raise invalid(exc) from None
 
 
 def decode_debezium(
@@ -315,7 +315,7 @@ def decode_ndjson(
     except events.InvalidBatch as exc:
         if exc.field == "$" and "malformed JSON" in exc.message:
             raise Rejected(400, "invalid_format", "a line is not one JSON object", "$.events") from None
-        raise _invalid(exc) from None
+        raise invalid(exc) from None
 
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/jsonlines")

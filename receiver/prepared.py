@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cdclake.contracts.events import Batch, stage_lines, stage_types
+from cdclake.contracts.events import Batch, check_number_lengths, stage_lines, stage_types
 
 Status = Literal["persisted", "duplicate", "fallback"]
 
@@ -32,6 +32,7 @@ class Prepared:
         whatever else changed: a Debezium restarted after a crash re-sends a change with a new
         processing time (``ts_ms``), and comparing content would refuse it forever."""
         objects = stage_lines(batch)
+        check_number_lengths(batch, objects)
         if by_identity:
             ids = ",".join(str(e.sequence) for e in batch.events)
             digest = "ids:" + hashlib.sha256(ids.encode()).hexdigest()

@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 
 from cdclake.config.settings import Settings
+from cdclake.contracts import events
 from cdclake.contracts.protocol import Ack, AckDetails
 from cdclake.service.metrics import Metrics
 from receiver import auth, decode
@@ -196,6 +197,9 @@ class Service(Admission):
         try:
             async with self.landing_slots:
                 landed, staged = await anyio.to_thread.run_sync(self._land_box, box)
+        except events.InvalidBatch as exc:  # found while staging it (a number Spark cannot read)
+            self.new_tables.give_back(a.source, a.new_tables)
+            return refusal(decode.invalid(exc), a.seq, a.cid, a.headers)
         except Exception as exc:
             self.new_tables.give_back(a.source, a.new_tables)
             return not_landed(exc, a.source, a.seq, a.cid, a.headers)

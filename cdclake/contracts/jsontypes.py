@@ -25,7 +25,7 @@ options: no primitivesAsString, no prefersDecimal, no timestamp inference):
 
 The record's form is compact JSON: ``"n"`` null, ``"s"`` string, ``"l"`` long, ``"d"`` double,
 ``"b"`` boolean, ``["dec", precision, scale]``, ``["arr", element]``, ``["st", [[name, type],
-...]]``. The test is Spark itself: tests/contracts/test_jsontypes.py compares
+...]]``. The test is Spark itself: tests/jobs/test_recorded_types.py compares
 :func:`spark_json` of random events with ``spark.read.json`` of the same lines.
 """
 

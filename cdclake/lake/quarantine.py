@@ -24,13 +24,14 @@ imported inside functions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from cdclake import staging
 from cdclake.config.settings import Settings
-from cdclake.contracts.events import MAX_EVENTS_PER_BATCH, QUARANTINE_SUFFIX
+from cdclake.contracts.events import MAX_EVENTS_PER_BATCH, QUARANTINE_SUFFIX, TABLE_PATTERN
 from cdclake.contracts.history import (
     EVENT,
     HISTORY_OBJECT,
@@ -65,12 +66,20 @@ class Replayed:
     objects: list[str] = field(default_factory=list)  # the staging objects landed, <table>/<name>
 
 
+def _ident(settings: Settings, table: str) -> str:
+    """``<table>__quarantine``'s identifier, for a name the door would let through: it goes into
+    SQL text (REFRESH, ALTER, MERGE), so anything else is refused, not quoted."""
+    if not re.fullmatch(TABLE_PATTERN, table):
+        raise QueryError(f"not a CDC table name: {table!r} (letters, digits and _; see TABLE_PATTERN)")
+    return table_ident(settings, table + QUARANTINE_SUFFIX)
+
+
 def quarantine(spark: Any, settings: Settings, table: str, reason: str | None = None) -> Any:
     """``<table>__quarantine`` as it is now, every column present (NULL where an older table lacks
     one), its rows whose reason contains ``reason`` (case-sensitive) when given."""
     from pyspark.sql import functions as F
 
-    ident = table_ident(settings, table + QUARANTINE_SUFFIX)
+    ident = _ident(settings, table)
     if not spark.catalog.tableExists(ident):
         raise QueryError(f"no quarantine table {ident}: the next apply of {table} creates it")
     spark.sql(f"REFRESH TABLE {ident}")  # another session may have committed since this one read it
@@ -182,7 +191,7 @@ def _mark(spark: Any, settings: Settings, table: str, ids: list[tuple[str, int, 
     """Every quarantine row of the landed events replayed into their object: all of them, so the
     apply decides the events again (``spark_jobs.decide.logged_before``); rows replayed before
     keep their first replay unless ``force``."""
-    ident = table_ident(settings, table + QUARANTINE_SUFFIX)
+    ident = _ident(settings, table)
     have = spark.table(ident).columns
     missing = [f"{c} {t}" for c, t in ((REPLAYED_AT, "timestamp"), (REPLAY, "string")) if c not in have]
     if missing:  # a quarantine written before replays existed

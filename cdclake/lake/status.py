@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from cdclake import staging
 from cdclake.config.settings import Settings
 from cdclake.contracts.events import QUARANTINE_SUFFIX
+from cdclake.contracts.history import REPLAYED_AT
 from cdclake.contracts.watermark import EVENT_COUNTS, counts_of
 from cdclake.staging import stores
 
@@ -55,7 +56,7 @@ class TableStatus:
     pending_objects: int
     oldest_pending_ms: int | None
     quarantined: int | None
-    """Rows of ``<table>__quarantine``; None when there is no such table."""
+    """Rows of ``<table>__quarantine`` not replayed yet; None when there is no such table."""
     top_reasons: list[tuple[str, int]]
     freshness_event_s: float | None
     freshness_commit_s: float
@@ -89,8 +90,8 @@ def last_apply(table: Table) -> LastApply | None:
 
 
 def quarantine_reasons(settings: Settings, table: str) -> tuple[int | None, list[tuple[str, int]]]:
-    """Rows of ``<table>__quarantine`` and its most common reasons; (None, []) without the table,
-    (rows, []) when it has no reason column. Only the reason column is read."""
+    """Rows of ``<table>__quarantine`` not replayed yet and their most common reasons; (None, [])
+    without the table, (rows, []) when it has no reason column. Only those two columns are read."""
     from cdclake.lake.catalog import load_table
 
     side = load_table(settings, table + QUARANTINE_SUFFIX)
@@ -98,7 +99,14 @@ def quarantine_reasons(settings: Settings, table: str) -> tuple[int | None, list
         return None, []
     if REASON_COLUMN not in {f.name for f in side.schema().fields}:
         return live_rows(side, 0), []
-    reasons = side.scan(selected_fields=(REASON_COLUMN,)).to_arrow().column(REASON_COLUMN).to_pylist()
+    import pyarrow.compute as pc
+
+    columns = {f.name for f in side.schema().fields}
+    read = (REASON_COLUMN, *([REPLAYED_AT] if REPLAYED_AT in columns else []))
+    rows = side.scan(selected_fields=read).to_arrow()
+    if REPLAYED_AT in columns:  # a replayed event is no longer waiting for a fix
+        rows = rows.filter(pc.is_null(rows.column(REPLAYED_AT)))
+    reasons = rows.column(REASON_COLUMN).to_pylist()
     counted = Counter(str(r) for r in reasons)
     return len(reasons), sorted(counted.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_REASONS]
 

@@ -103,27 +103,34 @@ def create_app(settings_of: Callable[[], Settings]) -> FastAPI:
 
 
 def _read_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
-    @app.get("/", response_class=HTMLResponse)
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    # What the page shows (tables, counts, quarantine reasons quoting values) is for users who may
+    # read cdc_apply's runs, the DAG that writes it; being logged in is not enough.
+    may_read = [Depends(requires_access_dag("GET", DagAccessEntity.RUN, param_dag_id=APPLY_DAG))]
+
+    @app.get("/", response_class=HTMLResponse, dependencies=may_read)
     def page() -> HTMLResponse:
         from cdclake.orchestration.lakehouse_page import render
 
-        statuses, error = _statuses(settings_of())
-        return HTMLResponse(render(statuses, error, _now_ms()))
+        statuses, error, now_ms = _statuses(settings_of())
+        return HTMLResponse(render(statuses, error, now_ms))
 
-    @app.get("/v1/tables")
+    @app.get("/v1/tables", dependencies=may_read)
     def tables() -> list[dict[str, Any]]:
-        statuses, error = _statuses(settings_of())
+        statuses, error, _ = _statuses(settings_of())
         if error:
             raise HTTPException(503, error)
         return [s.as_dict() for s in statuses]
 
-    @app.get("/v1/compaction/candidates")
+    @app.get("/v1/compaction/candidates", dependencies=may_read)
     def candidates(min_input_files: int = Query(DEFAULT_MIN_FILES, ge=1)) -> dict[str, Any]:
         return {"min_input_files": min_input_files, "candidates": _candidates(settings_of(), min_input_files)}
 
-    @app.get("/v1/compaction/metrics")
+    @app.get("/v1/compaction/metrics", dependencies=may_read)
     def metrics(request: Request) -> dict[str, Any]:
-        statuses, error = _statuses(settings_of())
+        statuses, error, _ = _statuses(settings_of())
         if error:
             raise HTTPException(503, error)
         keep = ("table", "data_files", "small_files", "delete_files", "snapshots", "compaction_candidate")
@@ -170,18 +177,21 @@ def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
         return trigger(request, EXPIRE_DAG, {"tables": [body.table]})
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _statuses(settings: Settings) -> tuple[list[TableStatus], str | None]:
-    """Every table's status, or the reason the catalog or staging could not be read."""
+def _statuses(settings: Settings) -> tuple[list[TableStatus], str | None, int]:
+    """Every table's status, or the reason the catalog or staging could not be read, and the time
+    they were read at: the staging store's, the clock that named the pending objects and that
+    cdc_freshness judges by (a host whose clock is off would show other waits)."""
     from cdclake.lake.status import lake_status
+    from cdclake.staging import stores
+    from cdclake.staging.clock import StoreClock
 
+    now_ms = int(time.time() * 1000)
     try:
-        return lake_status(settings, _now_ms()), None
+        store = stores.open_store(settings)
+        now_ms = StoreClock(store).lower_ms()
+        return lake_status(settings, now_ms, store=store), None, now_ms
     except Exception as exc:  # any backend failure: the page says what it was
-        return [], f"{type(exc).__name__}: {exc}"
+        return [], f"{type(exc).__name__}: {exc}", now_ms
 
 
 def _candidates(settings: Settings, min_files: int) -> list[dict[str, Any]]:

@@ -164,21 +164,32 @@ def newest_receipt(store: Store, source: str, batch_sequence: int) -> Receipt | 
 def recorded_types(store: Store, keys: builtins.list[ObjectKey]) -> builtins.list[Any] | None:
     """The JSON types each object's receipt records for it (:attr:`Receipt.types`), in the
     order of ``keys``; None when some object has none (the apply then infers them). One read
-    per object, in parallel (an S3 GET each): the first generation, which names the object
-    unless a take-over renamed it."""
+    per object, in parallel (an S3 GET each), of the first generation that names the object:
+    the landing that wrote it (a take-over keeps the objects written before it and renames the
+    others; its own types may describe a resend whose content differs, e.g. Debezium's)."""
 
     def one(key: ObjectKey) -> Any:
         found = store.read(receipt_path(key.source, key.batch_sequence))
         receipt = None if found is None else decode_receipt(found)
         if receipt is None or key.path not in receipt.keys:
-            receipt = newest_receipt(store, key.source, key.batch_sequence)
-        if receipt is None or key.path not in receipt.keys or not receipt.types:
+            receipt = _first_naming(store, key)
+        if receipt is None or not receipt.types:
             return None
         return receipt.types.get(key.table)
 
     with concurrent.futures.ThreadPoolExecutor(min(16, max(1, len(keys)))) as pool:
         found = builtins.list(pool.map(one, keys))
     return None if any(t is None for t in found) else found
+
+
+def _first_naming(store: Store, key: ObjectKey) -> Receipt | None:
+    prefix = f"{key.batch_sequence:020d}."
+    for name in sorted(n for n in store.list_names(receipt_prefix(key.source)) if n.startswith(prefix)):
+        data = store.read(receipt_prefix(key.source) + name)
+        receipt = None if data is None else decode_receipt(data)
+        if receipt is not None and key.path in receipt.keys:
+            return receipt
+    return None
 
 
 class Store(Protocol):

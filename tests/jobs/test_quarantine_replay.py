@@ -176,6 +176,9 @@ def test_a_quarantine_from_before_replays_gets_the_columns_and_keeps_its_rows(sp
 def test_a_table_without_a_quarantine_is_an_error(spark: Any, settings: Settings, capsys: Any) -> None:
     assert main(["quarantine", "list", "nosuch"], spark=spark, settings=settings) == 1
     assert "no quarantine table" in capsys.readouterr().err
+    # A name that is no CDC table's never reaches the SQL the replay writes.
+    assert main(["quarantine", "replay", "x; DROP TABLE y"], spark=spark, settings=settings) == 1
+    assert "not a CDC table name" in capsys.readouterr().err
 
 
 def test_a_replay_that_dies_before_marking_applies_nothing_until_run_again(

@@ -95,6 +95,7 @@ def test_records_merge_to_what_spark_infers(
         ([1, 18446744073709551615], "decimal(20,0)"),
         ([-9223372036854775809], "decimal(19,0)"),
         ([10**41], "double"),
+        ([-(10**998)], "double"),  # 999 digits: the longest number the door lets through
         ([2.5, 10**30], "double"),
         ([None, ""], "string"),
         (["", 7], "bigint"),

@@ -45,14 +45,17 @@ def cdc_table(settings: Settings, appends: int, counts: dict[str, int]) -> None:
         t.append(pa.table({"id": [i], "_cdc_ts": [ts]}, schema=schema), snapshot_properties=props)
 
 
-def quarantine_table(settings: Settings, reasons: list[str]) -> None:
+def quarantine_table(settings: Settings, reasons: list[str], replayed: int = 0) -> None:
+    """Rows with ``reasons``; the last ``replayed`` of them replayed (``_cdc_replayed_at`` set)."""
     import pyarrow as pa
 
     from cdclake.lake.catalog import open_catalog
 
-    schema = _schema(pa.field("_cdc_reason", pa.string()))
+    when = pa.field("_cdc_replayed_at", pa.timestamp("us", tz="UTC"))
+    schema = _schema(pa.field("_cdc_reason", pa.string()), when)
     t = open_catalog(settings).create_table((settings.namespace, "orders__quarantine"), schema=schema)
-    t.append(pa.table({"id": list(range(len(reasons))), "_cdc_reason": reasons}, schema=schema))
+    at = [None] * (len(reasons) - replayed) + [datetime(2026, 3, 1, 11, tzinfo=UTC)] * replayed
+    t.append(pa.table({"id": list(range(len(reasons))), "_cdc_reason": reasons, "_cdc_replayed_at": at}, schema=schema))
 
 
 def batch(n: int, table: str) -> dict[str, Any]:
@@ -65,7 +68,8 @@ def test_status_reads_files_accounting_freshness_pending_and_quarantine(settings
 
     counts = {"received": 9, "applied": 4, "duplicate": 2, "superseded": 1, "late": 1, "quarantined": 1}
     cdc_table(settings, appends=6, counts=counts)
-    quarantine_table(settings, ["type mismatch: v", "type mismatch: v", "null key", "too long", "type mismatch: v"])
+    reasons = ["type mismatch: v", "type mismatch: v", "null key", "too long", "type mismatch: v", "too long"]
+    quarantine_table(settings, reasons, replayed=1)  # the replayed "too long" waits no more
     # orders' watermark "x" sorts above every staging name: its object is consumed, not pending;
     # two objects for a table that has none yet, landed 90 s and 30 s before now.
     stage(settings, [batch(1, "fresh")], landed_ms=T0_MS - 90_000)
@@ -126,7 +130,7 @@ def test_an_unreachable_catalog_is_said_not_raised(tmp_path: Path) -> None:
     from cdclake.orchestration.lakehouse import _statuses
 
     broken = make_settings(tmp_path, catalog_url=f"sqlite:///{tmp_path}/missing/dir/catalog.db")
-    statuses, error = _statuses(broken)
+    statuses, error, _ = _statuses(broken)
     assert statuses == [] and error is not None and "OperationalError" in error
 
 
@@ -167,7 +171,7 @@ class FakeUser:
 
 class FakeAuthManager:
     """Airflow's auth manager as ``get_user`` and ``requires_access_dag`` ask it: a token names
-    its user; only ``admin`` may trigger runs, anyone may read."""
+    its user; only ``admin`` may trigger runs, anyone but ``stranger`` may read."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, str | None]] = []
@@ -177,7 +181,7 @@ class FakeAuthManager:
 
     def is_authorized_dag(self, *, method: str, access_entity: Any, details: Any, user: FakeUser) -> bool:
         self.asked.append((user.get_name(), method, details.id))
-        return user.get_name() == "admin" or method == "GET"
+        return user.get_name() == "admin" or (method == "GET" and user.get_name() != "stranger")
 
 
 class RecordingAirflow:
@@ -228,6 +232,18 @@ def test_a_user_who_may_not_trigger_gets_403_and_no_run(authed: tuple[Any, FakeA
     assert RecordingAirflow.calls == []
     assert ("viewer", "POST", "iceberg_compaction") in fake.asked and ("viewer", "POST", "cdc_apply") in fake.asked
     assert client.get("/v1/compaction/candidates", headers=viewer).json() == {"min_input_files": 5, "candidates": []}
+
+
+def test_a_user_who_may_not_read_cdc_apply_sees_no_table(authed: tuple[Any, FakeAuthManager]) -> None:
+    """Logged in is not enough: the page and the read API show counts and quarantine reasons
+    (which quote values), for users who may read cdc_apply's runs."""
+    client, fake = authed
+    stranger = {"Authorization": "Bearer token-of-stranger"}
+    for path in ("/", "/v1/tables", "/v1/compaction/candidates", "/v1/compaction/metrics"):
+        r = client.get(path, headers=stranger)
+        assert r.status_code == 403, (path, r.text)
+    assert ("stranger", "GET", "cdc_apply") in fake.asked
+    assert RecordingAirflow.calls == []
 
 
 def test_an_action_triggers_its_dag_with_the_callers_own_token(

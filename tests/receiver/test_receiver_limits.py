@@ -5,6 +5,7 @@ Limits are set through the environment, as an operator sets them."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -169,3 +170,22 @@ def test_forgetting_an_idle_source_drops_every_piece_of_its_state(tmp_path: Path
         # It comes back: its numbering is read from its receipts again.
         assert c.post("/v1/batches", json=batch("gone", 3, ["t1"])).json()["expectedSequence"] == 2
         assert c.post("/v1/batches", json=batch("gone", 2, ["t1"])).status_code == 200
+
+
+def test_a_number_spark_cannot_read_is_refused_naming_it_and_a_long_digit_string_is_not(tmp_path: Path) -> None:
+    """Spark reads at most 1,000 characters per number: a staged line with a longer one could be
+    neither typed nor read by the apply, so the door refuses the batch (nothing lands)."""
+    long = batch("app", 1, ["t", "t"])
+    long["events"][1]["after"] = {"id": 1, "deep": {"list": [1, -(10**999)]}}
+    text = batch("app", 1, ["t"])
+    text["events"][0]["after"] = {"id": 1, "digits": "7" * 2000, "n": 10**998}
+    with TestClient(create_app(env_settings(tmp_path, rate_limit_per_s=0))) as c:
+        r = c.post("/v1/batches", content=json.dumps(long), headers={"Content-Type": "application/json"})
+        assert staged_objects(tmp_path) == []
+        ok = c.post("/v1/batches", content=json.dumps(text), headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert (body["reason"], body["field"]) == ("invalid_format", "$.events[1].after.deep.list[1]")
+    assert "999 digits" in body["errorMessage"]
+    assert ok.status_code == 200 and ok.json()["status"] == "persisted"
+    assert len(staged_objects(tmp_path)) == 1

@@ -72,3 +72,17 @@ def test_an_object_a_take_over_renamed_is_found_in_the_newer_receipt(tmp_path: P
         store.put_if_absent(staging.receipt_path("app", 1, gen), staging.encode_receipt(receipt))
     store.put(fresh, p.objects["orders"])
     assert found(store, [fresh]) == [ORDERS]
+
+
+def test_an_object_kept_by_a_later_take_over_has_the_types_of_the_landing_that_wrote_it(tmp_path: Path) -> None:
+    """Generation 1 wrote the object; generation 2, a resend with other content (Debezium's
+    batches are the same by event identity, not by content), names it again: 1's types hold."""
+    store = staging.LocalStaging(tmp_path)
+    p = prepared(1)
+    dead, kept = (staging.make_key("orders", "app", 1, 1_767_225_600_000 + i) for i in (0, 1))
+    other: Any = ("st", (("after", ("st", (("id", "s"),))),))
+    for gen, keys, types in ((0, [dead], p.types), (1, [kept], p.types), (2, [kept], {"orders": other})):
+        receipt = staging.Receipt("app", 1, gen, 0, p.digest, 2, [k.path for k in keys], "", types)
+        store.put_if_absent(staging.receipt_path("app", 1, gen), staging.encode_receipt(receipt))
+    store.put(kept, p.objects["orders"])
+    assert found(store, [kept]) == [ORDERS]
