@@ -212,14 +212,17 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
 MAX_NUMBER_DIGITS = 999
 """Spark's JSON parser (Jackson's ``maxNumberLength``) refuses a number of over 1,000 characters:
 a staged line holding one could be neither typed nor read, so the door refuses it."""
-_LONG_NUMBER = re.compile(rb"[0-9]{%d}" % (MAX_NUMBER_DIGITS + 1))
+# Digits to "0", then a search for a run of MAX_NUMBER_DIGITS + 1 of them: C speed (a regex for
+# the run stepped through every digit of every number, ~5 ms per 250 kB batch).
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_LONG_RUN = b"0" * (MAX_NUMBER_DIGITS + 1)
 
 
 def check_number_lengths(batch: Batch, staged: dict[str, bytes]) -> None:
     """Raise :class:`InvalidBatch` naming the first integer of more than :data:`MAX_NUMBER_DIGITS`
     digits. A scan of the staged bytes (C speed) decides whether to look: a run of that many
     digits can also be text, which is fine."""
-    if not any(_LONG_NUMBER.search(data) for data in staged.values()):
+    if all(data.translate(_DIGITS).find(_LONG_RUN) < 0 for data in staged.values()):
         return
     for i, ev in enumerate(batch.events):
         for name in ("before", "after", "metadata", "columnDefaults"):

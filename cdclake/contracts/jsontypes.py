@@ -96,6 +96,9 @@ def _integer(value: int) -> Type:
 
 def mixed(values: list[Any]) -> Type:
     """The merged type of values of any kinds."""
+    kinds = set(map(type, values))
+    if len(kinds) == 1:  # the common case, without a Python loop over the values
+        return column(kinds.pop(), values)
     by_kind: dict[type, list[Any]] = {}
     for v in values:
         by_kind.setdefault(type(v), []).append(v)
