@@ -33,9 +33,9 @@ A failed `check` is the alert: red in the grid, `failed` in the REST API, and it
     dag_id="cdc_freshness",
     # A data-freshness check, not a Deadline Alert: those time DAG runs (queued, logical date), and
     # data can wait with no cdc_apply run at all (paused, scheduler down, a run that never starts).
-    # Every 5 minutes, not every minute: each run is an Airflow task process (seconds of CPU), and
-    # on a small machine a per-minute check slows the applies it watches; against the default
-    # 15-minute objective an alert is then at most 5 minutes late.
+    # Every 5 minutes, not every minute: each run is an Airflow task process (a Python start that
+    # imports Airflow and the plugins), which on a 2-core machine competes with the applies it
+    # watches; against the default 15-minute objective an alert is then at most 5 minutes late.
     schedule=CronTriggerTimetable("*/5 * * * *", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
