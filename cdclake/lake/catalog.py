@@ -80,11 +80,15 @@ def watermark_snapshot(t: Table) -> Snapshot | None:
     )
 
 
+def summary_of(snap: Snapshot | None) -> dict[str, str]:
+    """A snapshot's summary properties (watermark, counts, totals, phases); empty without one."""
+    return dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
+
+
 def applied_summary(settings: Settings, table: str) -> dict[str, str]:
     """The summary of the last apply's commit (the newest watermark snapshot); empty if none."""
     t = load_table(settings, table)
-    snap = watermark_snapshot(t) if t is not None else None
-    return dict(snap.summary.additional_properties) if snap is not None and snap.summary is not None else {}
+    return summary_of(watermark_snapshot(t) if t is not None else None)
 
 
 def table_watermark(settings: Settings, table: str) -> watermark.Watermark | None:

@@ -66,7 +66,7 @@ def table_freshness(
 ) -> list[Freshness]:
     """Every CDC table with a staging folder or an Iceberg table, by name; ``event_time`` also
     reads valid-through from the manifests (every data file's metadata: not free)."""
-    from cdclake.lake.catalog import load_table, pending_by_table, watermark_snapshot
+    from cdclake.lake.catalog import load_table, pending_by_table, summary_of, watermark_snapshot
     from cdclake.lake.health import cdc_tables, table_health
 
     store = store or stores.open_store(settings)
@@ -78,7 +78,6 @@ def table_freshness(
     for table in sorted(set(store.tables()) | set(cdc_tables(settings))):
         t = load_table(settings, table)
         snap = watermark_snapshot(t) if t is not None else None
-        summary = snap.summary.additional_properties if snap is not None and snap.summary is not None else {}
         health = table_health(settings, table) if event_time and t is not None else None
         out.append(
             Freshness(
@@ -87,7 +86,7 @@ def table_freshness(
                 pending_objects=len(pending.get(table, [])),
                 oldest_pending_ms=min((k.landed_ms for k in pending.get(table, [])), default=None),
                 now_ms=now_ms,
-                last_apply=dict(summary),
+                last_apply=summary_of(snap),
                 last_apply_ms=snap.timestamp_ms if snap is not None else None,
                 valid_through_ms=health.valid_through_ms if health is not None else None,
             )

@@ -80,13 +80,13 @@ def live_rows(table: Table, fallback: int) -> int:
 def last_apply(table: Table) -> LastApply | None:
     """The newest snapshot in the current ancestry that carries the apply watermark, and its
     accounting (received = applied + duplicate + superseded + late + quarantined)."""
-    from cdclake.lake.catalog import watermark_snapshot
+    from cdclake.lake.catalog import summary_of, watermark_snapshot
 
     snap = watermark_snapshot(table)
     if snap is None:
         return None
-    props = dict(snap.summary.additional_properties) if snap.summary is not None else {}
-    return LastApply(snap.snapshot_id, int(snap.timestamp_ms), dict(zip(EVENT_COUNTS, counts_of(props), strict=True)))
+    counts = counts_of(summary_of(snap))
+    return LastApply(snap.snapshot_id, int(snap.timestamp_ms), dict(zip(EVENT_COUNTS, counts, strict=True)))
 
 
 def quarantine_reasons(settings: Settings, table: str) -> tuple[int | None, list[tuple[str, int]]]:

@@ -101,13 +101,7 @@ def test_trigger_compaction_from_the_ui_form(stack: LocalStack) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1100})
         page.set_default_timeout(30_000)
         try:
-            # --- log in (SimpleAuthManager's login page) ------------------------------------
-            page.goto(stack.settings.airflow_url)
-            page.wait_for_url(re.compile(r"/auth/login"))
-            page.get_by_role("textbox", name="Username").fill(ADMIN_USER)
-            page.get_by_label("Password").fill(stack.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(lambda url: "/auth/login" not in url)
+            log_in(page, stack)
             expect(page.get_by_role("heading", name="Welcome")).to_be_visible()
             shot(page, "logged-in")
 
