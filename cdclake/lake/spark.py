@@ -142,6 +142,7 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
     if not on_cluster(settings):
         return out
     out["spark.executor.memory"] = settings.spark_executor_memory
+    out["spark.executor.extraJavaOptions"] = settings.spark_java_options
     if settings.spark_cores_max:
         out["spark.cores.max"] = str(settings.spark_cores_max)
     return out
@@ -168,6 +169,8 @@ def job_conf(settings: Settings) -> dict[str, str]:
         # Loopback stays loopback; a named driver host must be reachable from other machines.
         "spark.driver.bindAddress": "127.0.0.1" if settings.spark_driver_host == "127.0.0.1" else "0.0.0.0",
         "spark.driver.memory": settings.spark_driver_memory,
+        # Read when the driver JVM starts (spark-submit, a new in-process session), like its memory.
+        "spark.driver.extraJavaOptions": settings.spark_java_options,
         "spark.sql.session.timeZone": "UTC",
         # Spark replaces ${var}, ${env:NAME} and ${system:name} in SQL text before parsing, even
         # inside quoted identifiers and literals: a producer's column `${env:CDCLAKE_S3_SECRET_KEY}`
@@ -259,7 +262,7 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
         # must not pin cached data in the driver forever.
         "spark.connect.session.manager.defaultSessionTimeout": "30min",
         # gRPC would otherwise listen on an IPv6 socket (::ffff:127.0.0.1).
-        "spark.driver.extraJavaOptions": "-Djava.net.preferIPv4Stack=true",
+        "spark.driver.extraJavaOptions": f"{settings.spark_java_options} -Djava.net.preferIPv4Stack=true".strip(),
     }
     public, credentials = split_credentials({**jar_conf(settings), **conf})
     cmd = [spark_submit, "--master", settings.spark_master, "--name", "cdclake-spark-connect"]

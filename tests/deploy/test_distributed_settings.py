@@ -12,7 +12,7 @@ import pytest
 from cdclake.config.settings import SettingsError, load
 from cdclake.lake import bootstrap
 from cdclake.lake.catalog import io_properties
-from cdclake.lake.spark import catalog_conf, jar_conf, job_conf
+from cdclake.lake.spark import catalog_conf, connect_server_command, jar_conf, job_conf
 from cdclake.orchestration.submit import submit_kwargs
 from tests.support.s3server import SeaweedS3
 
@@ -92,6 +92,17 @@ def test_on_a_cluster_jars_go_on_the_class_path_unless_shipped(tmp_path: Path) -
     # Local mode ships (Spark copies nothing for local[*] anyway) and sizes no executors.
     local = load({"CDCLAKE_HOME": str(tmp_path)}, jars_dir=jars)
     assert set(jar_conf(local)) == {"spark.jars"} and "spark.executor.memory" not in job_conf(local)
+
+
+def test_jvm_options_reach_drivers_executors_and_the_connect_server(tmp_path: Path) -> None:
+    default = load({"CDCLAKE_HOME": str(tmp_path)}, spark_master="spark://m:7077")
+    conf = job_conf(default)
+    assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == "-XX:+UseParallelGC"
+    server = connect_server_command(default)
+    assert "spark.driver.extraJavaOptions=-XX:+UseParallelGC -Djava.net.preferIPv4Stack=true" in server
+    chosen = load({"CDCLAKE_HOME": str(tmp_path), "CDCLAKE_SPARK_JAVA_OPTIONS": "-XX:+UseG1GC -Xss4m"})
+    assert job_conf(chosen)["spark.driver.extraJavaOptions"] == "-XX:+UseG1GC -Xss4m"
+    assert "spark.executor.extraJavaOptions" not in job_conf(chosen)  # local mode: the driver is the executor
 
 
 def test_a_named_driver_host_binds_all_interfaces_and_loopback_stays_loopback(tmp_path: Path) -> None:
