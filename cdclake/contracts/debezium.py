@@ -70,8 +70,8 @@ Types
     :mod:`cdclake.contracts.debezium_types`. The row key is read from the values as sent, so a row keeps
     its key whether or not the connector sends schemas. Without a schema, the table's configured
     types (``column_types``, from ``types`` in CDCLAKE_TABLE_CONFIG) are declared and its values
-    converted from the text forms of the recommended source modes (the end of
-    :mod:`cdclake.contracts.debezium_types`); with neither, nothing is declared and the apply infers
+    converted from the text forms of the recommended source modes
+    (:mod:`cdclake.contracts.debezium_text`); with neither, nothing is declared and the apply infers
     types from the JSON values. A field's non-null ``default``, converted the
     same way, goes in the event's ``columnDefaults`` (rows that predate a column added with a
     default get it: :mod:`spark_jobs.backfill`).
@@ -103,7 +103,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.contracts import debezium_types, events, names
+from cdclake.contracts import debezium_text, debezium_types, events, names
 from cdclake.contracts.debezium_source import MAX_LONG, hash_encoder, json_ok, kind, long_at, metadata, position, sub
 from cdclake.contracts.events import CDCEvent, InvalidBatch, Operation
 
@@ -318,6 +318,7 @@ def _event(
     key_columns: KeyColumns,
     limits: names.Limits = names.DEFAULT,
     column_types: ColumnTypes | None = None,
+    plans: debezium_types.SchemaPlans | None = None,
 ) -> CDCEvent:
     # Checked in this order, so a post with several faults is always refused for the same one.
     ppath, payload = _payload(item, base)
@@ -332,7 +333,7 @@ def _event(
     if schema is None and column_types:
         declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
     else:
-        declared, column_defaults = _apply_schema(schema, images)
+        declared, column_defaults = _apply_schema(schema, images, plans or debezium_types.SchemaPlans())
     timestamp = _timestamp(payload, source, ppath, spath)
     tx, xpath = _transaction(payload, ppath)
     connector, order, by_position = position(source, spath, tx, xpath, timestamp)
@@ -354,17 +355,20 @@ def _event(
     )
 
 
-def _apply_schema(schema: Any, images: Images) -> tuple[dict[str, str], dict[str, Any]]:
+def _apply_schema(
+    schema: Any, images: Images, plans: debezium_types.SchemaPlans
+) -> tuple[dict[str, str], dict[str, Any]]:
     """Type the images in place by the envelope's Connect schema (:mod:`cdclake.contracts.debezium_types`);
     the declared column types and defaults (empty without a schema)."""
     types: dict[str, str] = {}
     defaults: dict[str, Any] = {}
+    plan_of = plans.of(schema)
     for name, image in images.items():
-        fields = debezium_types.image_schema(schema, name) if image is not None else None
-        if fields is not None and image is not None:
-            images[name], found, given = debezium_types.typed(fields, image)
-            types |= found
-            defaults |= given
+        plan = plan_of(name) if image is not None else None
+        if plan is not None and image is not None:
+            images[name] = plan.apply(image)
+            types |= plan.types
+            defaults |= plan.defaults
     return types, defaults
 
 
@@ -376,7 +380,7 @@ def _apply_config(
     if types:
         for name, image in images.items():
             if image is not None:
-                images[name], declared = debezium_types.configured(dict(types), image)
+                images[name], declared = debezium_text.configured(dict(types), image)
                 found |= declared
     return found, {}
 
@@ -422,6 +426,7 @@ def to_batch(
 
     out: list[CDCEvent] = []
     sources: list[tuple[str, str]] = []
+    plans = debezium_types.SchemaPlans()
     for base, item in items:
         if item is None:
             continue  # tombstone
@@ -429,7 +434,7 @@ def to_batch(
             raise InvalidBatch(base, f"expected a change event object or null, got {kind(item)}")
         if "payload" in item and item["payload"] is None:
             continue  # enveloped tombstone
-        out.append(_event(item, base, key_columns, limits, column_types))
+        out.append(_event(item, base, key_columns, limits, column_types, plans))
         if producer is None:
             sources.append(_producer_name(item, base))
         if len(out) > events.MAX_EVENTS_PER_BATCH:

@@ -12,10 +12,12 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.contracts import debezium, debezium_types
+from cdclake.contracts import debezium, debezium_text, debezium_types
 from receiver.app import create_app
 from tests.support import apply_all
 
@@ -138,6 +140,37 @@ def test_a_value_too_precise_for_its_type_is_text_saying_so_never_rounded() -> N
     value = Decimal("1.1234567890123456789012")
     text = convert[1]({"scale": 22, "value": unscaled(value, 22)})
     assert text.startswith("1.1234567890123456789012 ") and "does not fit decimal(38,18)" in text
+
+
+@given(st.integers(min_value=-(10**40), max_value=10**40), st.integers(min_value=-3, max_value=45))
+def test_a_decimal_reads_as_the_exact_plain_text_of_its_value(n: int, scale: int) -> None:
+    """Debezium's base64 unscaled integer and the schema's scale -> the value's plain text, as
+    Python's Decimal writes it (the reference), fast path or not."""
+    with localcontext() as ctx:
+        ctx.prec = 200
+        want = format(Decimal(n).scaleb(-scale), "f")
+    raw = base64.b64encode(n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True)).decode()
+    _, convert = debezium_types._decimal(38, scale)
+    assert convert(raw) == want
+
+
+def test_each_event_of_a_post_is_typed_by_its_own_schema() -> None:
+    """A post can hold events from before and after an ALTER TABLE: the schema is worked out once
+    and reused only while the events repeat it."""
+    row = source_row(1, Decimal("2.50"))
+    first, second, third = envelope(row, 100), envelope(row, 200), envelope(row, 300)
+    scale2 = {"field": "balance", "type": "bytes", "name": DECIMAL, "parameters": {"scale": "2"}}
+    fields = [scale2 if f["field"] == "balance" else f for f in FIELDS]
+    second["schema"] = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": fields}]}
+    second["payload"]["after"]["balance"] = unscaled(Decimal("7.25"), 2)
+    batch = debezium.to_batch([first, second, third])
+    balances = [ev.after["balance"] for ev in batch.events if ev.after is not None]
+    assert balances == ["12345678901234567890.0123456789", "7.25", "12345678901234567890.0123456789"]
+    assert [ev.columnTypes["balance"] for ev in batch.events if ev.columnTypes] == [
+        "decimal(38,10)",
+        "decimal(38,2)",
+        "decimal(38,10)",
+    ]
 
 
 def assert_applied_as_the_source(spark: Any, settings: Settings, rows: list[dict[str, Any]]) -> None:
@@ -309,7 +342,7 @@ def test_without_a_schema_the_configured_types_declare_the_columns_and_convert_t
     ],
 )
 def test_without_a_schema_an_ambiguous_or_unfit_value_is_text_saying_why(kind: str, value: Any, says: str) -> None:
-    got = debezium_types.declared_converter(kind)(value)
+    got = debezium_text.declared_converter(kind)(value)
     assert isinstance(got, str) and got.startswith(f"{value} (does not fit ") and says in got
 
 
@@ -328,7 +361,7 @@ def test_without_a_schema_an_ambiguous_or_unfit_value_is_text_saying_why(kind: s
     ],
 )
 def test_without_a_schema_values_in_the_recommended_modes_convert(kind: str, value: Any, want: Any) -> None:
-    assert debezium_types.declared_converter(kind)(value) == want
+    assert debezium_text.declared_converter(kind)(value) == want
 
 
 @pytest.mark.spark

@@ -1,0 +1,126 @@
+"""Debezium values without a Connect schema: the table's configured types and the source modes
+that make every value self-describing text.
+
+With ``value.converter.schemas.enable=false`` an event says nothing of its types, so a table's
+``types`` in CDCLAKE_TABLE_CONFIG declare them, and the recommended source modes make every
+value self-describing text: ``decimal.handling.mode=string`` (``"12.50"``) and
+``time.precision.mode=isostring`` (dates ``2024-02-29Z``, timestamps ``...T13:14:15.123456Z``
+in UTC, times ``13:14:15.123456Z``). A value in another mode is ambiguous without the schema
+(base64 of what scale? milliseconds or microseconds?), so it is never guessed at: it goes on as
+text naming the mode to set, which its column refuses, and the apply quarantines the event.
+(With a schema: :mod:`cdclake.contracts.debezium_types`.)"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+from cdclake.contracts.debezium_types import Convert, days, fits, same, unfit
+from cdclake.contracts.events import UNAVAILABLE
+
+_MODES = {
+    "decimal": "send decimals as text: decimal.handling.mode=string",
+    "time": "send times as ISO text: time.precision.mode=isostring",
+}
+
+
+def _text_decimal(precision: int, scale: int) -> Convert:
+    kind = f"decimal({precision},{scale})"
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str):
+            return v  # a JSON number (decimal.handling.mode=double) is cast by the column
+        try:
+            exact = Decimal(v)
+        except ArithmeticError:
+            return unfit(v, f"{kind}; {_MODES['decimal']}")
+        if not exact.is_finite():
+            return unfit(v, kind)
+        return format(exact, "f") if fits(exact, precision, scale) else unfit(v, kind)
+
+    return convert
+
+
+def _iso_date(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return days(v)  # days since 1970: the one integer form any mode gives a date
+    if not isinstance(v, str):
+        return v
+    try:
+        return date.fromisoformat(v.removesuffix("Z")).isoformat()
+    except ValueError:
+        return unfit(v, f"date; {_MODES['time']}")
+
+
+def _exact_iso(v: str) -> datetime | None:
+    """``v`` parsed, or None when it is no ISO instant or has digits past microseconds (which
+    Python would drop)."""
+    frac = v.partition(".")[2]
+    digits = frac[: len(frac) - len(frac.lstrip("0123456789"))]
+    if len(digits.rstrip("0")) > 6:
+        return None
+    try:
+        return datetime.fromisoformat(v)
+    except ValueError:
+        return None
+
+
+def _iso_instant(zoned: bool) -> Convert:
+    kind = "timestamp" if zoned else "timestamp_ntz"
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            return v
+        parsed = _exact_iso(v) if isinstance(v, str) else None
+        if parsed is None:
+            return unfit(v, f"{kind} (microseconds); {_MODES['time']}")
+        if parsed.tzinfo is not None:
+            parsed = parsed.astimezone(UTC)
+        if not zoned:
+            parsed = parsed.replace(tzinfo=None)  # isostring writes a zone-less value as UTC
+        return parsed.isoformat(timespec="microseconds")
+
+    return convert
+
+
+def _iso_time_micros(v: Any) -> Any:
+    """A time of day as text -> microseconds since midnight, as with a schema; numbers as is."""
+    if not isinstance(v, str):
+        return v
+    t = _exact_iso(f"1970-01-01T{v}")
+    if t is None:
+        return v
+    return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
+
+
+def declared_converter(kind: str) -> Convert:
+    """The converter for a value of a column configured as ``kind`` (a canonical
+    :mod:`cdclake.contracts.coltypes` type) when the event came without a schema."""
+    if kind.startswith("array<"):
+        element = declared_converter(kind[6:-1])
+        return lambda v: [None if x is None else element(x) for x in v] if isinstance(v, list) else v
+    if kind.startswith("decimal("):
+        p, s = (int(x) for x in kind[8:-1].split(","))
+        return _text_decimal(p, s)
+    return {
+        "date": _iso_date,
+        "timestamp": _iso_instant(zoned=True),
+        "timestamp_ntz": _iso_instant(zoned=False),
+        "bigint": _iso_time_micros,
+    }.get(kind, same)
+
+
+def configured(types: dict[str, str], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``image`` with the values of its configured columns converted, and those columns'
+    declared types (only the columns the image has)."""
+    out = dict(image)
+    found: dict[str, str] = {}
+    for name, kind in types.items():
+        if name not in out:
+            continue
+        found[name] = kind
+        v = out[name]
+        if v is not None and v != UNAVAILABLE:
+            out[name] = declared_converter(kind)(v)
+    return out, found
