@@ -111,7 +111,7 @@ def one(spark: Any, pg: LogicalPostgres, root: Path, i: int, rows: int, sink: di
             f"landed {landed:.1f}s ({rows / landed:,.0f} events/s), applied {applied:.1f}s "
             f"(apply {applied - landed:.1f}s, {result.get('applied')} applied), visible {seen:.1f}s; "
             f"CPU s: Debezium {dbz:.1f}, receiver {rcv:.1f}, Spark+bench {own:.1f}; "
-            f"price {types['price']}, at {types['at']}"
+            f"price {types['price']}, at {types['at']}; apply phases {result.get('phases')}"
         )
     finally:
         p.stop()
