@@ -295,17 +295,10 @@ class ImagePlan:
         return out
 
 
-def typed(fields: list[dict[str, Any]], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
-    """``image`` with its values converted, the declared types of its columns, and their
-    defaults (:class:`ImagePlan`, for one image alone)."""
-    plan = ImagePlan.of(fields)
-    return plan.apply(image), dict(plan.types), dict(plan.defaults)
-
-
 class SchemaPlans:
-    """Each image's :class:`~cdclake.contracts.ImagePlan` under the last envelope
-    schema seen. A post's events repeat one schema (each its own parsed copy): compared by value,
-    it is worked out once per post instead of once per event."""
+    """Each image's :class:`ImagePlan` under the last envelope schema seen. A post's events
+    repeat one schema (each its own parsed copy): compared by value, it is worked out once per
+    post instead of once per event."""
 
     def __init__(self) -> None:
         self._schema: Any = None
