@@ -83,9 +83,12 @@ def spark(spark_home: Path) -> Iterator[Any]:
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
-    # py4j logs "Closing down clientserver connection" at interpreter exit, after pytest has
-    # closed its capture streams; that would print a spurious "--- Logging error ---".
+    # py4j logs at interpreter exit, after pytest has closed its capture streams: "Closing down
+    # clientserver connection" on its own logger, and a finalizer's failed send to the stopped JVM
+    # on the root logger (INFO passes once Airflow has configured logging). Either would print a
+    # spurious "--- Logging error ---" (seen once in a CI run).
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger().setLevel(logging.WARNING)
 
 
 @pytest.fixture()
