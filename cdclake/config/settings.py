@@ -28,6 +28,9 @@ class SettingsError(ValueError):
     """A ``CDCLAKE_*`` variable has a value that cannot be used."""
 
 
+DEFAULT_SPARK_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
@@ -161,7 +164,7 @@ class Settings:
     spark_event_log_dir: str = ""
     """Where Spark drivers write event logs (for the History Server, or to see which executor ran
     what); empty: off."""
-    spark_java_options: str = "-XX:+UseParallelGC"
+    spark_java_options: str = DEFAULT_SPARK_JAVA_OPTIONS
     """JVM options of Spark's drivers and executors. The throughput collector, not Java 17's G1:
     an apply is a batch job, and with G1 the bulk apply benchmark took 17% more wall time and 21%
     more CPU seconds (README, "Apply")."""
@@ -354,7 +357,7 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         airflow_db_url=s("AIRFLOW_DB_URL", f"sqlite:///{home / 'airflow' / 'airflow.db'}"),
         spark_driver_host=s("SPARK_DRIVER_HOST", "127.0.0.1"),
         spark_event_log_dir=s("SPARK_EVENT_LOG_DIR", ""),
-        spark_java_options=s("SPARK_JAVA_OPTIONS", "-XX:+UseParallelGC"),
+        spark_java_options=s("SPARK_JAVA_OPTIONS", DEFAULT_SPARK_JAVA_OPTIONS),
         spark_executor_memory=s("SPARK_EXECUTOR_MEMORY", "1g"),
         spark_cores_max=_int(e, "CDCLAKE_SPARK_CORES_MAX", 0),
         spark_ship_jars=_bool(e, "CDCLAKE_SPARK_SHIP_JARS", False),

@@ -316,9 +316,9 @@ def _event(
     item: dict[str, Any],
     base: str,
     key_columns: KeyColumns,
-    limits: names.Limits = names.DEFAULT,
-    column_types: ColumnTypes | None = None,
-    plans: debezium_types.SchemaPlans | None = None,
+    limits: names.Limits,
+    column_types: ColumnTypes | None,
+    plans: debezium_types.SchemaPlans,
 ) -> CDCEvent:
     # Checked in this order, so a post with several faults is always refused for the same one.
     ppath, payload = _payload(item, base)
@@ -333,7 +333,7 @@ def _event(
     if schema is None and column_types:
         declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
     else:
-        declared, column_defaults = _apply_schema(schema, images, plans or debezium_types.SchemaPlans())
+        declared, column_defaults = _apply_schema(schema, images, plans)
     timestamp = _timestamp(payload, source, ppath, spath)
     tx, xpath = _transaction(payload, ppath)
     connector, order, by_position = position(source, spath, tx, xpath, timestamp)
@@ -362,9 +362,9 @@ def _apply_schema(
     the declared column types and defaults (empty without a schema)."""
     types: dict[str, str] = {}
     defaults: dict[str, Any] = {}
-    plan_of = plans.of(schema)
+    by_image = plans.of(schema)
     for name, image in images.items():
-        plan = plan_of(name) if image is not None else None
+        plan = by_image.get(name) if image is not None else None
         if plan is not None and image is not None:
             images[name] = plan.apply(image)
             types |= plan.types

@@ -50,6 +50,7 @@ Convert = Callable[[Any], Any]
 _EPOCH_DAY = date(1970, 1, 1)
 _EPOCH = datetime(1970, 1, 1)
 VARIABLE_SCALE = (38, 18)
+IMAGES = ("before", "after")  # the envelope's row images
 _TEXT = frozenset(
     (
         "io.debezium.time.ZonedTime",
@@ -302,18 +303,15 @@ class SchemaPlans:
 
     def __init__(self) -> None:
         self._schema: Any = None
-        self._plans: dict[str, ImagePlan | None] = {}
+        self._plans: dict[str, ImagePlan | None] = dict.fromkeys(IMAGES)
 
-    def of(self, schema: Any) -> Callable[[str], ImagePlan | None]:
-        """The plan of each image under ``schema``, made on first use."""
+    def of(self, schema: Any) -> dict[str, ImagePlan | None]:
+        """The plan of each image (``before``, ``after``) under ``schema``."""
         if schema is not self._schema and schema != self._schema:
-            self._schema, self._plans = schema, {}
-        plans = self._plans
+            self._schema = schema
+            self._plans = {image: _plan(image_schema(schema, image)) for image in IMAGES}
+        return self._plans
 
-        def plan(image: str) -> ImagePlan | None:
-            if image not in plans:
-                fields = image_schema(schema, image)
-                plans[image] = None if fields is None else ImagePlan.of(fields)
-            return plans[image]
 
-        return plan
+def _plan(fields: list[dict[str, Any]] | None) -> ImagePlan | None:
+    return None if fields is None else ImagePlan.of(fields)
