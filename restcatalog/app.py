@@ -51,6 +51,7 @@ from restcatalog.namespaces import (
 from restcatalog.oauth import oauth_tokens
 from restcatalog.plan import post_query_plan
 from restcatalog.query import Sessions, connect_sessions, post_query
+from restcatalog.querylimits import QuerySlots
 from restcatalog.service import Handler, Service, State, describe_metrics, endpoint, run, service_of
 from restcatalog.tables import (
     create_table,
@@ -177,8 +178,9 @@ ROUTES: list[BaseRoute] = [
 
 
 def create_app(settings: Settings, query_sessions: Sessions | None = None) -> Starlette:
-    """The server; ``query_sessions`` gives ``POST /v1/query`` its Spark sessions (default: one
-    Spark Connect session per query on ``CDCLAKE_SPARK_CONNECT_URL``)."""
+    """The server; ``query_sessions`` gives ``POST /v1/query`` its Spark sessions (default: a new
+    Spark Connect session per statement on ``CDCLAKE_SPARK_CONNECT_URL``, confined to the client's
+    rights)."""
     # A bad tokens file fails here, before the server binds.
     tokens = (
         auth.Tokens.load(settings.rest_tokens_file, settings.rest_token_ttl_s)
@@ -193,8 +195,9 @@ def create_app(settings: Settings, query_sessions: Sessions | None = None) -> St
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         catalog = await run(Catalog, settings)
         try:
-            sessions = query_sessions or connect_sessions(settings)
-            yield {"service": Service(settings, tokens, metrics, catalog, client_config(settings), sessions)}
+            sessions = query_sessions or connect_sessions(settings, tokens)
+            slots = QuerySlots(settings.query_max_concurrent, settings.query_max_concurrent_per_client)
+            yield {"service": Service(settings, tokens, metrics, catalog, client_config(settings), slots, sessions)}
         finally:
             catalog.close()
 

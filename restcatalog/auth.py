@@ -158,12 +158,12 @@ class Tokens:
         digest, client = found
         return client if hmac.compare_digest(digest, _hash(secret)) else None
 
-    def issue(self, client: Client) -> str:
+    def issue(self, client: Client, ttl_s: int | None = None) -> str:
         claims = {
             "sub": client.id,
             "acc": client.access.name.lower(),
             "tbl": list(client.tables),
-            "exp": int(time.time()) + self.ttl_s,
+            "exp": int(time.time()) + (self.ttl_s if ttl_s is None else ttl_s),
         }
         payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
         return f"{_PREFIX}{payload}.{self._sign(payload)}"

@@ -13,11 +13,12 @@ from starlette.responses import JSONResponse, Response
 class IcebergError(Exception):
     """An answer other than success, raised anywhere below a handler."""
 
-    def __init__(self, status: int, type_: str, message: str) -> None:
+    def __init__(self, status: int, type_: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.type = type_
         self.message = message
+        self.headers = headers or {}
 
 
 def bad_request(message: str) -> IcebergError:
@@ -50,6 +51,7 @@ def forbidden(message: str) -> IcebergError:
 
 def response(err: IcebergError, headers: dict[str, str] | None = None) -> Response:
     body = {"error": {"message": err.message, "type": err.type, "code": err.status}}
+    headers = {**err.headers, **(headers or {})}
     if err.status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="cdclake"', **(headers or {})}
     return JSONResponse(body, status_code=err.status, headers=headers)

@@ -13,9 +13,8 @@ from starlette.responses import JSONResponse, Response
 
 from cdclake.lake import plans
 from restcatalog import auth
-from restcatalog.errors import IcebergError
 from restcatalog.inputs import json_body, parse
-from restcatalog.query import Param, QueryRequest, lake_for, on_engine, query_of
+from restcatalog.query import Param, QueryRequest, engine_of, lake_for, on_engine, query_of, slot_key
 from restcatalog.service import Service
 
 
@@ -34,16 +33,15 @@ async def post_query_plan(request: Request, svc: Service) -> Response:
     client = svc.authorize(request, auth.Access.READ)
     body = parse(PlanRequest, await json_body(request, svc))
     query = query_of(QueryRequest.model_validate(body.model_dump()), svc.settings)  # its checks and limits
-    if svc.query_sessions is None:
-        raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
-    sessions, lake, settings = svc.query_sessions, lake_for(svc.settings, client), svc.settings
+    sessions, lake, settings = engine_of(svc), lake_for(svc.settings, client), svc.settings
 
     def answer() -> plans.Planned:
         from cdclake.lake.catalog import load_table
 
-        with sessions() as spark:
+        with sessions(client) as spark:
             return plans.plan(spark, query, lake, lambda table: load_table(settings, table))
 
-    got = await on_engine(answer)
+    with svc.query_slots.slot(slot_key(svc, client)):
+        got = await on_engine(answer)
     scans: list[dict[str, Any]] = [s.as_json() for s in got.scans]
     return JSONResponse({"plan": got.plan, "scans": scans})

@@ -3,21 +3,22 @@ or as an Arrow IPC stream (:mod:`cdclake.lake.queries` decides what may run).
 
 It lives in the REST catalog's server: one front door and one token scheme (the catalog's
 clients, with their ``tables`` patterns) for the engines that read the files themselves and for
-the applications that only send SQL. Spark is the engine: the queries borrow sessions of the
-stack's Spark Connect server (``CDCLAKE_SPARK_CONNECT_URL``) from a pool, one query at a time each.
+the applications that only send SQL. Spark is the engine: each statement gets a new session of
+the stack's Spark Connect server (``CDCLAKE_SPARK_CONNECT_URL``) whose catalog is this server,
+with a read-only token of the client's rights, and releases it after; at most
+``CDCLAKE_QUERY_MAX_CONCURRENT`` statements run at once (:mod:`restcatalog.querylimits`).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import datetime as dt
 import decimal
 import functools
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -27,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cdclake.config.settings import Settings
-from cdclake.lake import queries
+from cdclake.lake import limits, queries
 from cdclake.lake.spark import connect_failed
 from cdclake.lake.statements import AsOf, QueryError, parse_as_of
 from restcatalog import auth
@@ -39,10 +40,12 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-Sessions = Callable[[], AbstractContextManager["SparkSession"]]
+Sessions = Callable[[auth.Client], AbstractContextManager["SparkSession"]]
+"""A Spark session for one statement of a client, which reads only what that client may."""
 T = TypeVar("T")
 ARROW = "application/vnd.apache.arrow.stream"
 HANG_UP_POLL_S = 0.25  # how soon a statement whose client went away is interrupted
+TOKEN_GRACE_S = 30  # a query session's REST token outlives its statement's deadline by this
 
 Param = StrictStr | StrictInt | StrictFloat | StrictBool | None
 
@@ -60,45 +63,20 @@ class QueryRequest(BaseModel):
     timeoutS: StrictInt | StrictFloat | None = Field(default=None, gt=0)
 
 
-def connect_sessions(settings: Settings) -> Sessions | None:
-    """Spark Connect sessions on the stack's server for the queries, one query at a time each;
-    None without a server."""
+def connect_sessions(settings: Settings, tokens: auth.Tokens) -> Sessions | None:
+    """A new Spark Connect session per statement on the stack's server, confined to the client's
+    rights (:mod:`cdclake.lake.querysession`); None without a server."""
     if not settings.spark_connect_url:
         return None
-    return SessionPool(settings).session
 
+    def session(client: auth.Client) -> AbstractContextManager[SparkSession]:
+        from cdclake.lake.querysession import query_session
 
-class SessionPool:
-    """Long-lived Spark Connect sessions, each lent to one query at a time (queries.run leaves it
-    as it found it). Not one session per query, stopped after it: pyspark's ``stop()`` shuts a
-    thread pool every Connect session of the process shares, waiting, under a lock, for releases
-    still in flight, and the next query's session blocked on that lock for minutes."""
+        # Read-only whatever the client's access, and no longer than the statement may take.
+        reader = auth.Client(client.id, auth.Access.READ, client.tables)
+        return query_session(settings, tokens.issue(reader, ttl_s=settings.query_timeout_s + TOKEN_GRACE_S))
 
-    def __init__(self, settings: Settings, keep: int = 8) -> None:
-        self.settings, self.keep = settings, keep
-        self._idle: list[SparkSession] = []
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def session(self) -> Iterator[SparkSession]:
-        from cdclake.lake.spark import connect_session, connect_token
-
-        with self._lock:
-            spark = self._idle.pop() if self._idle else None
-        if spark is None:
-            spark = connect_session(self.settings.spark_connect_url, connect_token(self.settings))
-        reusable = False
-        try:
-            yield spark
-            reusable = True
-        except Exception as exc:
-            reusable = not connect_failed(exc)  # the statement's error: the session is fine
-            raise
-        finally:
-            # A session that failed otherwise (the server restarted, say) is dropped, not stopped.
-            with self._lock:
-                if reusable and len(self._idle) < self.keep:
-                    self._idle.append(spark)
+    return session
 
 
 def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
@@ -128,24 +106,23 @@ async def post_query(request: Request, svc: Service) -> Response:
     client = svc.authorize(request, auth.Access.READ)
     body = parse(QueryRequest, await json_body(request, svc))
     query = query_of(body, svc.settings)
-    if svc.query_sessions is None:
-        raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
-    sessions, lake = svc.query_sessions, lake_for(svc.settings, client)
+    sessions, lake = engine_of(svc), lake_for(svc.settings, client)
     query = dataclasses.replace(query, cancel=threading.Event())
 
     def answer() -> queries.Answer:
-        with sessions() as spark:
-            return queries.run(spark, query, lake)
+        with sessions(client) as spark:
+            return queries.run(spark, query, lake, svc.settings.query_max_bytes)
 
     failed: Exception | None = None
-    # Raised outside the task group: inside, anyio would wrap the answer's error in an ExceptionGroup.
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(cancel_on_hang_up, request, query.cancel)
-        try:
-            got = await on_engine(answer)
-        except Exception as exc:
-            failed = exc
-        tg.cancel_scope.cancel()
+    with svc.query_slots.slot(slot_key(svc, client)):
+        # Raised outside the task group: inside, anyio would wrap the answer's error in an ExceptionGroup.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_on_hang_up, request, query.cancel)
+            try:
+                got = await on_engine(answer)
+            except Exception as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
     if failed is not None:
         if query.cancel is not None and query.cancel.is_set():
             svc.metrics.inc("cdclake_queries_cancelled_total")
@@ -165,6 +142,19 @@ async def post_query(request: Request, svc: Service) -> Response:
     )
 
 
+def engine_of(svc: Service) -> Sessions:
+    if svc.query_sessions is None:
+        raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
+    sessions: Sessions = svc.query_sessions
+    return sessions
+
+
+def slot_key(svc: Service, client: auth.Client) -> str | None:
+    """Whose statement it is, for the per-client cap: without a tokens file clients are not told
+    apart, and only the total cap holds."""
+    return None if svc.tokens.open_access else client.id
+
+
 async def cancel_on_hang_up(request: Request, cancel: threading.Event | None) -> None:
     """Starlette does not stop a handler whose client went away: without this, a statement nobody
     waits for any more would hold its Spark jobs and a session until its timeout."""
@@ -181,10 +171,12 @@ async def on_engine(fn: Callable[[], T]) -> T:
         return await run(fn)
     except queries.Forbidden as exc:
         raise forbidden(str(exc)) from None
-    except queries.TimedOut as exc:
+    except limits.TimedOut as exc:
         raise IcebergError(408, "QueryTimeoutException", str(exc)) from None
-    except queries.Cancelled as exc:  # nobody reads it: nginx's code for a client that closed
+    except limits.Cancelled as exc:  # nobody reads it: nginx's code for a client that closed
         raise IcebergError(499, "QueryCancelledException", str(exc)) from None
+    except limits.TooLarge as exc:
+        raise IcebergError(413, "ResultTooLargeException", str(exc)) from None
     except QueryError as exc:
         raise bad_request(str(exc)) from None
     except Exception as exc:

@@ -21,6 +21,7 @@ from cdclake.service.metrics import Metrics
 from restcatalog import auth, errors
 from restcatalog.catalog import Catalog
 from restcatalog.errors import IcebergError, bad_request
+from restcatalog.querylimits import QuerySlots
 
 log = logging.getLogger("restcatalog")
 
@@ -57,8 +58,11 @@ class Service:
     catalog: Catalog
     config: dict[str, str]
     """Non-secret FileIO hints for clients (:func:`restcatalog.catalog.client_config`)."""
-    query_sessions: Callable[[], AbstractContextManager[Any]] | None = None
-    """A new Spark session per ``POST /v1/query`` (:mod:`restcatalog.query`); None: no engine."""
+    query_slots: QuerySlots
+    """How many statements the query API runs at once (:mod:`restcatalog.querylimits`)."""
+    query_sessions: Callable[[auth.Client], AbstractContextManager[Any]] | None = None
+    """A new Spark session per statement of the query API, confined to the client's rights
+    (:mod:`restcatalog.query`); None: no engine."""
 
     @property
     def known_warehouses(self) -> set[str]:
@@ -66,10 +70,12 @@ class Service:
         return {"", s.catalog_name, s.warehouse, s.warehouse.rstrip("/")}
 
     def authorize(self, request: Request, need: auth.Access) -> auth.Client:
-        """The request's client, if it has ``need``; else 401/403."""
-        if self.tokens.open_access:
-            return auth.ANYONE
+        """The request's client, if it has ``need``; else 401/403. A token this server issued
+        holds its rights even without a tokens file: the query API's Spark sessions read through
+        this server with a read-only one (:mod:`cdclake.lake.querysession`)."""
         client = self.tokens.bearer(request.headers.get("authorization"))
+        if client is None and self.tokens.open_access:
+            return auth.ANYONE
         if client is None:
             raise errors.not_authorized("a valid bearer token is required (see POST /v1/oauth/tokens)")
         if client.access < need:

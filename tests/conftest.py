@@ -91,6 +91,15 @@ def spark(spark_home: Path) -> Iterator[Any]:
     logging.getLogger().setLevel(logging.WARNING)
 
 
+@pytest.fixture(scope="session")
+def connect_url(spark: Any) -> Iterator[str]:
+    """A Spark Connect server in the test session's JVM (tests/support/query.py), for the query API."""
+    from tests.support.query import connect_server
+
+    with connect_server(spark) as url:
+        yield url
+
+
 @pytest.fixture()
 def settings(spark_home: Path) -> Settings:
     return fresh_settings(spark_home)

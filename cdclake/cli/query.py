@@ -25,6 +25,7 @@ from cdclake.cli.output import TABLE_ROWS, Result, render
 from cdclake.config.settings import Settings
 from cdclake.lake import queries
 from cdclake.lake.queries import error_line
+from cdclake.lake.readonly import NotAQuery
 from cdclake.lake.statements import AsOf, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
@@ -77,17 +78,19 @@ def connect_answers(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def rest_url(settings: Settings) -> str:
-    host = "127.0.0.1" if settings.rest_host in ("0.0.0.0", "::", "") else settings.rest_host
-    return f"http://{host}:{settings.rest_port}"
-
-
 def rest_conf(settings: Settings, name: str = REST_CATALOG) -> dict[str, str]:
     """Spark properties of a catalog ``name`` on the REST catalog server. With a tokens file on the
     server, ``CDCLAKE_REST_CREDENTIAL=<client id>:<secret>`` supplies the client credentials."""
-    url = rest_url(settings)
+    url = settings.rest_url
     c = f"spark.sql.catalog.{name}"
-    conf = {c: "org.apache.iceberg.spark.SparkCatalog", f"{c}.type": "rest", f"{c}.uri": url}
+    # cache-enabled: as the JDBC catalog's (cdclake.lake.spark.catalog_conf), every statement sees
+    # the newest commit.
+    conf = {
+        c: "org.apache.iceberg.spark.SparkCatalog",
+        f"{c}.type": "rest",
+        f"{c}.uri": url,
+        f"{c}.cache-enabled": "false",
+    }
     credential = os.environ.get("CDCLAKE_REST_CREDENTIAL", "")
     if credential:
         conf |= {
@@ -102,7 +105,7 @@ def check_rest(settings: Settings) -> None:
     """A clear error, before any Spark starts, when no REST catalog answers."""
     import httpx
 
-    url = rest_url(settings)
+    url = settings.rest_url
     try:
         r = httpx.get(f"{url}/v1/config", timeout=5, trust_env=False)
     except httpx.HTTPError:
@@ -143,15 +146,13 @@ class QuerySession:
             if self.as_of is None:
                 queries.history_views(self.spark, statement, self.lake())
                 return self.fetch(statement)
-            try:
-                queries.check_statement(statement)
-            except queries.Refused as exc:
-                raise QueryError(f"--as-of applies to queries: {exc}") from None
             query = queries.Query(statement, as_of=self.as_of)
-            with queries.explained(self.spark, query, self.lake()) as (stmt, plan, lake):
-                scans = queries.check_plan(plan, lake, self.as_of)
+            with queries.explained(self.spark, query, self.lake()) as (stmt, ex, lake):
+                scans = queries.check_plan(*queries.physical_scans(ex.physical), lake, self.as_of)
                 self.say(f"as of {self.as_of.describe()}: {', '.join(s.table for s in scans if not s.metadata)}")
                 return self.fetch(stmt)
+        except NotAQuery as exc:
+            raise QueryError(f"--as-of applies to queries: {exc}") from None
         except QueryError:
             raise
         except Exception as exc:  # Spark, Iceberg, the JVM or the Connect channel: one line

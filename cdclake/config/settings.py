@@ -80,7 +80,18 @@ class Settings:
     query_max_rows: int = 100_000
     """Most rows ``POST /v1/query`` returns (a request's ``maxRows`` may ask for fewer)."""
     query_timeout_s: int = 120
-    """Longest a ``POST /v1/query`` statement runs before it is cancelled (``timeoutS`` may ask less)."""
+    """Longest a ``POST /v1/query`` statement takes, from its parse to its last row, before it is
+    cancelled (``timeoutS`` may ask less)."""
+    query_max_bytes: int = 64 * 1024 * 1024
+    """Largest answer (Arrow bytes) of a ``POST /v1/query``; a larger one is cut off with 413."""
+    query_max_concurrent: int = 4
+    """``POST /v1/query`` and ``/v1/query/plan`` statements running at once, all clients together;
+    past it 429 with Retry-After."""
+    query_max_concurrent_per_client: int = 2
+    """The same, per client of the tokens file (``anyone`` without one)."""
+    query_catalog_url: str = ""
+    """The REST catalog's URL as the Spark Connect server reaches it: query sessions read the lake
+    through it with the client's rights; empty: this server's own loopback address."""
     max_debezium_body_bytes: int = 32 * 1024 * 1024
     """Body limit of ``POST /v1/debezium``: Debezium's HTTP sink sends ``batch.max-size`` events
     per request whatever their size and gives up on a 413, so it gets more room than
@@ -193,6 +204,17 @@ class Settings:
     @property
     def receiver_url(self) -> str:
         return f"http://{self.receiver_host}:{self.receiver_port}"
+
+    @property
+    def rest_url(self) -> str:
+        """The REST catalog server's URL on this machine."""
+        host = "127.0.0.1" if self.rest_host in ("0.0.0.0", "::", "") else self.rest_host
+        return f"http://{host}:{self.rest_port}"
+
+    @property
+    def query_catalog(self) -> str:
+        """CDCLAKE_QUERY_CATALOG_URL, else :attr:`rest_url`."""
+        return self.query_catalog_url or self.rest_url
 
     @property
     def jdbc_url(self) -> str:
@@ -323,6 +345,10 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
         query_max_rows=_int(e, "CDCLAKE_QUERY_MAX_ROWS", 100_000, 1),
         query_timeout_s=_int(e, "CDCLAKE_QUERY_TIMEOUT_S", 120, 1),
+        query_max_bytes=_int(e, "CDCLAKE_QUERY_MAX_BYTES", 64 * 1024 * 1024, 1024),
+        query_max_concurrent=_int(e, "CDCLAKE_QUERY_MAX_CONCURRENT", 4, 1),
+        query_max_concurrent_per_client=_int(e, "CDCLAKE_QUERY_MAX_CONCURRENT_PER_CLIENT", 2, 1),
+        query_catalog_url=s("QUERY_CATALOG_URL", ""),
         max_debezium_body_bytes=_int(e, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES", 32 * 1024 * 1024, 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.lake import filters, queries
+from cdclake.lake import filters, limits, queries
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -107,8 +107,9 @@ def plan(spark: SparkSession, query: queries.Query, lake: queries.Lake, load: Ca
     :func:`cdclake.lake.queries.run` would be, TimedOut past ``query.timeout_s``. ``load``:
     the lake's table of that name (pyiceberg). The session is left as it was found."""
     deadline = time.monotonic() + query.timeout_s
-    text = explained(spark, query, lake)
-    allowed = {(s.table, s.snapshot_id) for s in queries.check_plan(text, lake, query.as_of)}
+    with limits.deadline(spark, query.timeout_s, query.cancel):
+        text, checked = explained(spark, query, lake)
+    allowed = {(s.table, s.snapshot_id) for s in queries.check_plan(*queries.plan_scans(text), checked, query.as_of)}
     scans = []
     for scan in scan_texts(text):
         if (scan.table, scan.snapshot_id) not in allowed:
@@ -121,13 +122,17 @@ def plan(spark: SparkSession, query: queries.Query, lake: queries.Lake, load: Ca
 
 def _in_time(deadline: float, timeout_s: float) -> None:
     if time.monotonic() > deadline:
-        raise queries.TimedOut(f"planning the query took longer than its timeout of {timeout_s:g} s")
+        raise limits.TimedOut(f"planning the query took longer than its timeout of {timeout_s:g} s")
 
 
-def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> str:
-    """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.lake.queries.run` would run it."""
-    with queries.explained(spark, query, lake) as (_, plan_text, _):
-        return plan_text
+def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> tuple[str, queries.Lake]:
+    """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.lake.queries.run` would run it
+    (once :func:`cdclake.lake.queries.explained` has found it a read-only query the client may
+    run), and the lake to check its scans with."""
+    args: Any = query.params
+    with queries.explained(spark, query, lake) as (statement, _, checked):
+        row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
+        return (str(row[0]) if row else ""), checked
 
 
 def scan_files(scan: ScanText, table: Table | None) -> ScanFiles:

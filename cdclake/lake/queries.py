@@ -1,17 +1,21 @@
 """Read-only queries over the lake's tables for the query API (``POST /v1/query``): one
-statement, parameters bound by Spark, ``asOf`` for every table the statement reads, row caps,
-timeouts and per-table read rights.
+statement, parameters bound by Spark, ``asOf`` for every table the statement reads, row and byte
+caps, one deadline, and per-table read rights.
 
-What a statement reads is taken from Spark's own plan (``EXPLAIN FORMATTED`` of the statement as
-it will run), not from its text: a table named through a parameter (``IDENTIFIER(:t)``), a view
-or a two-part name is found the same way. From the plan:
-- every scan must be an Iceberg table of the lake's catalog the client may read (no files,
-  ``read_files``, JDBC or other catalogs);
+What a statement is and what it reads are taken from Spark's own plans (``EXPLAIN EXTENDED`` of
+the statement as it will run), never from its text:
+- it must be a read-only query (:mod:`cdclake.lake.readonly`: an allow-list of plan nodes, no
+  Java calls);
+- every relation of its analyzed plan, and every scan of its physical plan, must be an Iceberg
+  table of the lake's catalog the client may read (no files, other catalogs or sources);
 - with ``asOf``, every table scan must read the snapshot current at that time (or the given
-  snapshot id), else the statement is refused with the table it would read at another time;
-- functions that call Java (``reflect``, ``java_method``) are refused.
+  snapshot id), else the statement is refused with the table it would read at another time.
 The text is only rewritten to ask for the time travel: fully qualified names get the
-``VERSION``/``TIMESTAMP AS OF`` clause, one-part names resolve to temporary views that carry it.
+``VERSION``/``TIMESTAMP AS OF`` clause, one-part names resolve to temporary views that carry it;
+the rewritten statement is checked again before it runs.
+
+These checks are one of two walls: the query API runs statements in sessions whose catalog is
+the REST catalog with the client's read-only rights (:mod:`cdclake.lake.querysession`).
 
 pyspark and pyarrow are imported by the callers' sessions; this module needs neither at import.
 """
@@ -21,31 +25,28 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import itertools
 import re
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.contracts.events import CHANGES_SUFFIX, HISTORY_SUFFIX
 from cdclake.contracts.names import quote
-from cdclake.lake import relations
-from cdclake.lake.statements import AsOf, QueryError, history_sql, split_statements, tokens, with_as_of
+from cdclake.lake import readonly, relations
+from cdclake.lake.limits import deadline, fetch
+from cdclake.lake.readonly import Explained
+from cdclake.lake.statements import AsOf, QueryError, history_sql, tokens, with_as_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
 Scalar = str | int | float | bool | None
-QUERY_STARTS = ("SELECT", "WITH", "FROM", "VALUES", "TABLE", "(")
-JAVA_CALLS = ("reflect", "java_method", "try_reflect")
+JAVA_CALLS = readonly.JAVA_CALLS
 # Leaf scans a query may have besides the lake's Iceberg tables: literal rows and range().
 HARMLESS_SCANS = ("LocalTableScan", "Scan OneRowRelation", "Range", "EmptyRelation")
 AGGREGATE_PUSH_DOWN = "spark.sql.iceberg.aggregate-push-down.enabled"
-PLANNING_FAILED = "Error occurred during query planning"  # EXPLAIN prints an analysis error
 
 
 class Refused(QueryError):
@@ -54,14 +55,6 @@ class Refused(QueryError):
 
 class Forbidden(Refused):
     """The client may not read a table the statement reads."""
-
-
-class TimedOut(QueryError):
-    pass
-
-
-class Cancelled(QueryError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -94,22 +87,6 @@ class Answer:
     scans: list[Scan]
 
 
-def check_statement(sql: str) -> str:
-    """The one query of ``sql`` (a trailing ``;`` allowed), or Refused."""
-    done, rest = split_statements(sql)
-    parts = [*done, *([rest.strip()] if rest else [])]
-    if len(parts) != 1:
-        raise Refused(f"one statement per query, got {len(parts)}")
-    words = [t for k, t in tokens(parts[0]) if k not in ("ws", "comment")]
-    first = words[0].upper() if words else ""
-    if first not in QUERY_STARTS:
-        raise Refused(f"only queries (SELECT, WITH, FROM, VALUES, TABLE) run here, not {first or 'an empty'} statement")
-    called = {w.lower() for w, nxt in itertools.pairwise(words) if nxt == "("}
-    if bad := sorted(called & set(JAVA_CALLS)):
-        raise Refused(f"function {bad[0]} calls Java methods and is not allowed here")
-    return parts[0]
-
-
 _HEADER = re.compile(r"^\((\d+)\) (.+?)\s*$")
 # Up to the fixed field after it: a table name may hold commas and spaces.
 _ICEBERG = re.compile(r"IcebergScan\(table=(.+?), schemaId=(?:\d+|null), snapshotId=(\d+|null)")
@@ -132,6 +109,34 @@ def plan_scans(plan: str) -> tuple[list[Scan], list[str]]:
             other.append(node)
     unique = list(dict.fromkeys(scans))
     return unique, other
+
+
+# A physical plan line of EXPLAIN EXTENDED: the tree's drawing, a codegen stage ("*(1) "), the node.
+_PHYSICAL = re.compile(r"^[ :]*(?:[+:]- )?(?:\*\(\d+\) )?(\S.*)$")
+
+
+def physical_scans(lines: list[str]) -> tuple[list[Scan], list[str]]:
+    """:func:`plan_scans` of the physical plan section of ``EXPLAIN EXTENDED``, where each scan
+    is one line. A literal's text may add lines that read as scans: they are checked as scans
+    (a refusal at worst), and cannot hide one."""
+    scans: list[Scan] = []
+    other: list[str] = []
+    for line in lines:
+        m = _PHYSICAL.match(line)
+        if m is None:
+            continue
+        node = m.group(1)
+        name = node.split(" ", 1)[0].split("[", 1)[0]
+        if name == "BatchScan":
+            found = _ICEBERG.search(node)
+            if found is None:
+                other.append(node.split("[", 1)[0])
+            else:
+                snap = found.group(2)
+                scans.append(Scan(found.group(1), None if snap == "null" else int(snap)))
+        elif ("Scan" in name or name == "Range") and not node.startswith(HARMLESS_SCANS):
+            other.append(" ".join(node.split(" ", 2)[:2]).split("[", 1)[0])
+    return list(dict.fromkeys(scans)), other
 
 
 def plan_nodes(plan: str) -> Iterator[tuple[str, str]]:
@@ -157,10 +162,6 @@ def error_line(exc: BaseException) -> str:
     return line if len(line) <= 400 else line[:399] + "…"
 
 
-def java_calls(plan: str) -> list[str]:
-    return sorted({f for f in JAVA_CALLS if re.search(rf"\b{f}\(", plan)})
-
-
 @dataclass(frozen=True)
 class Lake:
     """Where and what a statement may read."""
@@ -171,61 +172,62 @@ class Lake:
     snapshot_at: Callable[[str, AsOf], int | None]  # table -> its snapshot at that time (None: none then)
 
 
-def run(spark: SparkSession, query: Query, lake: Lake) -> Answer:
-    """``query`` on ``spark``, or Refused/Forbidden/TimedOut/QueryError with a one-line reason.
-    It sets the session's current namespace and drops the temporary views it made before it
-    returns: the session can answer the next query (restcatalog.query keeps a pool of them)."""
-    with explained(spark, query, lake) as (statement, plan, checked):
-        scans = check_plan(plan, checked, query.as_of)
+def run(spark: SparkSession, query: Query, lake: Lake, max_bytes: int | None = None) -> Answer:
+    """``query`` on ``spark``, or Refused/Forbidden/TimedOut/TooLarge/QueryError with a one-line
+    reason. One deadline, ``query.timeout_s``, covers everything from the parse to the last row.
+    It drops the temporary views it made before it returns."""
+    with deadline(spark, query.timeout_s, query.cancel), explained(spark, query, lake) as (statement, ex, checked):
+        scans = check_plan(*physical_scans(ex.physical), checked, query.as_of)
         args: Any = query.params
         df = spark.sql(statement, args=args).limit(query.max_rows + 1)
-        table = collect(spark, df.toArrow, query.timeout_s, query.cancel)
+        table = fetch(spark, df, max_bytes)
     truncated = table.num_rows > query.max_rows
     return Answer(table.slice(0, query.max_rows) if truncated else table, truncated, scans)
 
 
+def explain(spark: SparkSession, statement: str, args: Any) -> Explained:
+    """``EXPLAIN EXTENDED`` of ``statement`` (Spark plans it and runs nothing), in its sections."""
+    rows = spark.sql("EXPLAIN EXTENDED " + statement, args=args).collect()
+    # A planning failure comes one line per row.
+    return readonly.explained("\n".join(str(r[0]) for r in rows))
+
+
 @contextlib.contextmanager
-def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[str, str, Lake]]:
-    """The statement as it will run (history views made, ``asOf`` asked for), its ``EXPLAIN
-    FORMATTED`` plan and the lake to check it with; the temporary views dropped after."""
-    statement = check_statement(query.sql)
+def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[str, Explained, Lake]]:
+    """The statement as it will run (history views made, ``asOf`` asked for), Spark's plans of it
+    and the lake to check them with; Refused unless Spark's parse of the statement is a read-only
+    query, before anything else runs. The temporary views are dropped after."""
     # time_travel and check_plan both ask for a table's snapshot then: one catalog load each.
     lake = dataclasses.replace(lake, snapshot_at=functools.cache(lake.snapshot_at))
+    args: Any = query.params
     spark.sql(f"USE {quote(lake.catalog)}.{quote(lake.namespace)}")
     # With push-down, Iceberg answers count(*), min and max from its manifests while Spark plans:
     # the plan then holds literal rows and no scan, and check_plan would not see the table read.
     spark.conf.set(AGGREGATE_PUSH_DOWN, "false")
-    views: list[str] = []
+    ex = explain(spark, query.sql, args)
+    readonly.check_query(ex)
+    statement, views = query.sql, []
     try:
         views += history_views(spark, statement, lake)
         if query.as_of is not None:
             statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
-        args: Any = query.params
-        check_touched(spark, statement, args, lake)
-        row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-        plan = str(row[0]) if row else ""
-        if plan.startswith(PLANNING_FAILED):
-            planning_error(spark, statement, args, lake, plan)
-        yield statement, plan, lake
+        if views or statement != query.sql:
+            ex = explain(spark, statement, args)
+            readonly.check_query(ex)  # the rewritten text is Spark's to read again
+        check_touched(spark, statement, args, lake, ex)
+        yield statement, ex, lake
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
 
 
-def check_touched(spark: SparkSession, statement: str, args: Any, lake: Lake) -> None:
+def check_touched(spark: SparkSession, statement: str, args: Any, lake: Lake, ex: Explained) -> None:
     """Forbidden (Refused for another catalog) when the statement touches a table the client may
     not read, known or not, before any answer or error of Spark's can say something about it: the
-    relations of the analyzed plan (:mod:`cdclake.lake.relations`); when EXPLAIN could not show
-    one, any word of the statement naming such a table. A statement that failed analysis then
-    raises Spark's error."""
-    row = spark.sql("EXPLAIN EXTENDED " + statement, args=args).first()
-    found = relations.touched(str(row[0]) if row else "")
-    if found is None:
-        shown = spark.sql(f"SHOW TABLES IN {quote(lake.catalog)}.{quote(lake.namespace)}").collect()
-        for word in sorted(names_in(statement) & {str(r["tableName"]).lower() for r in shown}):
-            if not lake.may_read(lake.namespace, word):
-                raise Forbidden(f"this client may not read {lake.namespace}.{word}")
-        return
+    relations of the analyzed plan (:mod:`cdclake.lake.relations`). A statement that failed
+    analysis then raises Spark's error."""
+    found = relations.touched(ex.text)
+    assert found is not None  # readonly.explained refuses a text without an analyzed plan
     home = f"{lake.catalog}.{lake.namespace}".lower()
     for name in found.resolved + found.unresolved:
         t = relations.table_of(name, lake.catalog, lake.namespace)
@@ -235,13 +237,14 @@ def check_touched(spark: SparkSession, statement: str, args: Any, lake: Lake) ->
             shown_as = ".".join(t).lower() if t else ".".join(name).lower()
             raise Forbidden(f"this client may not read {shown_as}")
     if found.failed:
-        planning_error(spark, statement, args, lake, "")
+        planning_error(spark, statement, args, lake, ex.analysis_error or "")
 
 
-def planning_error(spark: SparkSession, statement: str, args: Any, lake: Lake, plan: str) -> None:
-    """Raise the error EXPLAIN only printed (analysis gives it with its condition). A table that is
-    not there and that the client could not read if it were is Forbidden, as an existing one is:
-    the answer does not tell a client which tables exist outside its rights."""
+def planning_error(spark: SparkSession, statement: str, args: Any, lake: Lake, printed: str) -> None:
+    """Raise the analysis error EXPLAIN only printed (analysis gives it with its condition); the
+    statement is a read-only query (checked before), so asking Spark to analyze it runs nothing.
+    A table that is not there and that the client could not read if it were is Forbidden, as an
+    existing one is: the answer does not tell a client which tables exist outside its rights."""
     try:
         spark.sql(statement, args=args).schema  # noqa: B018 - analysis, for its error
     except Exception as exc:
@@ -255,17 +258,15 @@ def planning_error(spark: SparkSession, statement: str, args: Any, lake: Lake, p
             if not lake.may_read(ns, table):
                 raise Forbidden(f"this client may not read {ns}.{table}") from None
         raise
-    raise QueryError(error_line(RuntimeError(plan.removeprefix(PLANNING_FAILED).lstrip(": \n") or plan)))
+    raise QueryError(error_line(RuntimeError(printed or "Spark could not analyze the statement")))
 
 
-def check_plan(plan: str, lake: Lake, as_of: AsOf | None) -> list[Scan]:
-    """The plan's scans, if the statement may run as planned; else Refused or Forbidden."""
-    scans, other = plan_scans(plan)
+def check_plan(scans: list[Scan], other: list[str], lake: Lake, as_of: AsOf | None) -> list[Scan]:
+    """The plan's scans (:func:`physical_scans` or :func:`plan_scans`), if the statement may run
+    as planned; else Refused or Forbidden."""
     home = f"{lake.catalog}.{lake.namespace}".lower()
     if other:
         raise Refused(f"the query reads {other[0].split(' [')[0]}: only the tables of {home} can be read here")
-    if calls := java_calls(plan):
-        raise Refused(f"function {calls[0]} calls Java methods and is not allowed here")
     prefix = home + "."
     for s in scans:
         if not s.table.lower().startswith(prefix) or len(s.table) == len(prefix):
@@ -335,41 +336,3 @@ def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
 def names_in(statement: str) -> set[str]:
     """Every word and quoted name of ``statement``, lower-cased: what may name a table."""
     return {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
-
-
-def collect(
-    spark: SparkSession, fetch: Callable[[], pa.Table], timeout_s: float, cancel: threading.Event | None = None
-) -> pa.Table:
-    """``fetch()``, its Spark jobs interrupted after ``timeout_s`` (TimedOut) or once ``cancel``
-    is set (Cancelled)."""
-    tag = f"cdclake-query-{uuid.uuid4().hex}"
-    fired: list[QueryError] = []
-    done = threading.Event()
-
-    def interrupt(why: QueryError) -> None:
-        fired.append(why)
-        spark.interruptTag(tag)
-
-    def watch() -> None:
-        # One wait for both: the deadline, and the caller's cancel (checked every 0.1 s).
-        deadline = time.monotonic() + timeout_s
-        while not done.wait(min(0.1, max(0.0, deadline - time.monotonic()))):
-            if cancel is not None and cancel.is_set():
-                return interrupt(Cancelled("the query was cancelled: its client went away"))
-            if time.monotonic() >= deadline:
-                return interrupt(
-                    TimedOut(f"the query ran longer than its timeout of {timeout_s:g} s and was cancelled")
-                )
-
-    spark.addTag(tag)
-    watcher = threading.Thread(target=watch, name=tag, daemon=True)
-    watcher.start()
-    try:
-        return fetch()
-    except Exception:
-        if fired:
-            raise fired[0] from None
-        raise
-    finally:
-        done.set()
-        spark.removeTag(tag)

@@ -63,6 +63,10 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         f"{c}.warehouse": settings.warehouse,
         # pyiceberg's SqlCatalog reads and writes the same tables (iceberg_tables, ...).
         f"{c}.jdbc.schema-version": "V1",
+        # Iceberg's caching catalog keeps a loaded table until 30 s after its last *use*: a session
+        # that reads a table more often than that (a dashboard, `cdclake sql`, a long-lived user
+        # session) never saw a newer snapshot. Every statement loads the table's current metadata.
+        f"{c}.cache-enabled": "false",
         "spark.sql.defaultCatalog": settings.catalog_name,
         **_s3fileio_conf(settings, c),
     }
@@ -312,10 +316,14 @@ def connect_failed(exc: BaseException) -> bool:
     return status is not None and status().name in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 
 
-def connect_session(url: str, token: str = "", retry: dict[str, Any] | None = None) -> SparkSession:
+def connect_session(
+    url: str, token: str = "", retry: dict[str, Any] | None = None, mark_process: bool = True
+) -> SparkSession:
     """A new Spark Connect session on the server at ``url`` (its own temp views and conf),
     sending ``token`` as ``Authorization: Bearer`` with every call. ``retry``: pyspark's
-    ``DefaultPolicy`` arguments for a server out of reach (its default waits at least 10 minutes)."""
+    ``DefaultPolicy`` arguments for a server out of reach (its default waits at least 10 minutes).
+    ``mark_process=False``: for SQL text and DataFrame methods only (no ``pyspark.sql.functions``),
+    leaving a classic session of the same process working."""
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
@@ -336,7 +344,8 @@ def connect_session(url: str, token: str = "", retry: dict[str, Any] | None = No
     builder = BearerChannel(url) if token else DefaultChannelBuilder(url)
     # What SparkSession.builder.remote(url) does first: pyspark.sql.functions (F.col, ...) build
     # Connect columns only in a process marked as a Spark Connect client.
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    if mark_process:
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     spark: SparkSession = ConnectSession.builder.channelBuilder(builder).create()  # type: ignore[assignment]
     if retry is not None:
         from pyspark.sql.connect.client.retries import DefaultPolicy
@@ -344,6 +353,12 @@ def connect_session(url: str, token: str = "", retry: dict[str, Any] | None = No
         client: Any = cast(Any, spark).client
         client.set_retry_policies([DefaultPolicy(**retry)])
     return spark
+
+
+def connect_client(spark: Any) -> Any | None:
+    """The Spark Connect client of a Connect session; None for an in-process (classic) one, whose
+    ``client`` property raises rather than answer."""
+    return spark.client if type(spark).__module__.startswith("pyspark.sql.connect") else None
 
 
 def table_ident(settings: Settings, table: str) -> str:

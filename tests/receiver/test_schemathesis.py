@@ -178,21 +178,15 @@ def test_rest_catalog_openapi(rest: Any, label: str) -> None:
 
 @pytest.mark.server
 @pytest.mark.spark
-def test_query_api_openapi(spark: Any, spark_home: Path) -> None:
-    """The query API with an engine: each request a new session of the test's in-process Spark."""
-    import contextlib
-
-    from restcatalog.app import create_app
+def test_query_api_openapi(spark: Any, connect_url: str, spark_home: Path) -> None:
+    """The query API with an engine: each request a new session of a Spark Connect server in the
+    test's JVM (tests/support/query.py), reading through the served catalog."""
     from tests.support import fresh_settings
+    from tests.support.query import query_api
 
     settings = fresh_settings(spark_home)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
-
-    @contextlib.contextmanager
-    def sessions() -> Iterator[Any]:
-        yield spark.newSession()
-
-    with serve_app(create_app(settings, sessions), log_level="critical") as url:
+    with query_api(settings, connect_url) as url:
         schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
         for op in QUERY_OPS:
             fuzz(schema, op, url, {}, settings)

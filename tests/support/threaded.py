@@ -12,13 +12,13 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def serve_app(app: Any, timeout_s: float = 20.0, log_level: str = "warning") -> Iterator[str]:
-    """Yields the server's base URL once it accepts connections."""
+def serve_app(app: Any, timeout_s: float = 20.0, log_level: str = "warning", port: int = 0) -> Iterator[str]:
+    """Yields the server's base URL once it accepts connections (on ``port``, else a free one)."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -1,0 +1,99 @@
+"""A Spark session for one client's query: what it may reach is decided by the catalog it is
+given, not by the statement.
+
+The Spark Connect server holds the apply's writing catalog (JDBC, with the catalog database's
+login). A query session never sees it: its catalog of the same name is Iceberg's REST catalog
+pointed at cdclake's own REST server with a short-lived **read-only** token carrying the
+client's ``tables`` patterns, so every table it loads is one the REST server lets that client
+read, and a write through it (a commit, a create, a drop, a rename) is refused by that server
+whatever statement asked for it. The session also cannot read files by path
+(``spark.sql.runSQLOnFiles``), caches no table between statements (Iceberg's caching catalog
+would keep answering from a 30-second-old snapshot), runs no SQL scripts, and puts its jobs in
+the ``cdclake-queries`` scheduler pool, beside (not ahead of) the applies'.
+
+Each query gets a new session and releases it after: nothing one query sets or creates
+(temporary views, configuration, current namespace) can be seen by the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+from cdclake.config.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+QUERY_POOL = "cdclake-queries"
+"""The Spark scheduler pool of query jobs (the Connect server's allocation file weighs it)."""
+
+
+def query_catalog_conf(settings: Settings, token: str) -> dict[str, str]:
+    """The session settings of a query session's catalog (the REST one) and its limits."""
+    c = f"spark.sql.catalog.{settings.catalog_name}"
+    return {
+        c: "org.apache.iceberg.spark.SparkCatalog",
+        f"{c}.type": "rest",
+        f"{c}.uri": settings.query_catalog,
+        f"{c}.token": token,
+        f"{c}.cache-enabled": "false",
+        "spark.sql.defaultCatalog": settings.catalog_name,
+        "spark.sql.runSQLOnFiles": "false",
+        "spark.sql.scripting.enabled": "false",
+        "spark.scheduler.pool": QUERY_POOL,
+    }
+
+
+# What the server's catalog has that the REST one must not inherit: the catalog database's
+# address and login. FileIO settings (an S3 endpoint and keys) are kept: the engine reads the
+# data files with them.
+_SERVER_ONLY = (".uri", ".jdbc.", ".catalog-impl", ".type", ".warehouse")
+
+
+def confine(spark: SparkSession, settings: Settings, token: str) -> None:
+    """Make ``spark`` (a new session, before its first statement: catalogs load on first use) a
+    query session of the client whose REST token is ``token``."""
+    c = f"spark.sql.catalog.{settings.catalog_name}"
+    current: dict[str, Any] = dict(spark.conf.getAll) if hasattr(spark.conf, "getAll") else {}
+    for key in current:
+        if not key.startswith("spark.sql.catalog."):
+            continue
+        own = key.startswith(c + ".") and not any(part in key[len(c) :] for part in _SERVER_ONLY)
+        if key != c and not own:
+            spark.conf.unset(key)  # any other catalog, and the JDBC one's address and login
+    for key, value in query_catalog_conf(settings, token).items():
+        spark.conf.set(key, value)
+
+
+def release(spark: SparkSession) -> None:
+    """End a query session on the server and close its channel. Not ``spark.stop()``: in pyspark
+    that also shuts down a thread pool every Connect session of the process shares, waiting
+    under a lock for releases in flight, and the next query's session blocked on it."""
+    from cdclake.lake.spark import connect_client
+
+    client = connect_client(spark)
+    if client is None:  # an in-process session: nothing held on a server
+        return
+    with contextlib.suppress(Exception):
+        client.release_session()
+    with contextlib.suppress(Exception):
+        client._channel.close()  # see above: close() would stop the shared pool
+
+
+@contextlib.contextmanager
+def query_session(settings: Settings, token: str) -> Iterator[SparkSession]:
+    """A new confined Spark Connect session on ``settings.spark_connect_url``, released after."""
+    from cdclake.lake.spark import connect_session, connect_token
+
+    # Not marking the process a Connect client: the query engine uses no pyspark.sql.functions.
+    spark = connect_session(settings.spark_connect_url, connect_token(settings), mark_process=False)
+    # Reattachable execution releases each finished operation later, from a thread pool: after
+    # this session is released, those calls fail on the server (logged as errors there).
+    cast(Any, spark).client.disable_reattachable_execute()
+    try:
+        confine(spark, settings, token)
+        yield spark
+    finally:
+        release(spark)
