@@ -8,7 +8,6 @@ NoSuchTableError for the other."""
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from restcatalog import auth, patterns
+from restcatalog import auth
 from restcatalog.app import create_app
 from tests.support import make_settings
 from tests.support.rest import SCHEMA, TOKENS, W, err, make_table, rest_catalog, serve
@@ -207,7 +206,9 @@ def test_namespaces_seen_are_those_the_patterns_may_cover(spaces: TestClient) ->
     assert _listing(c, W) == [["a"], ["cdc"], ["hidden"], ["sales"]]
     assert _listing(c, S, parent="a") == [["a", "b"]]
     assert _listing(c, W, parent="a") == [["a", "b"], ["a", "c"]]
-    assert _listing(c, S, parent="sales") == [["sales", "eu"]]
+    # A wildcard stops at its namespace level: sales.* is the tables of sales, not of sales.eu.
+    assert _listing(c, S, parent="sales") == []
+    assert _listing(c, W, parent="sales") == [["sales", "eu"]]
     assert c.head("/v1/namespaces/cdc", headers=S).status_code == 204
     assert c.get("/v1/namespaces/a%1Fb", headers=S).status_code == 200
     # A namespace the client does not see answers as a missing one, and is there for the writer.
@@ -236,9 +237,13 @@ def test_namespace_changes_need_patterns_that_cover_the_whole_namespace(spaces: 
     def props(ns: str) -> Any:
         return c.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"k": "v"}}, headers=S)
 
-    assert create(["sales", "us"]).status_code == 200  # sales.* covers it
-    assert props("sales").status_code == 200
-    assert c.delete("/v1/namespaces/sales%1Fus", headers=S).status_code == 204
+    assert props("sales").status_code == 200  # sales.* covers every table of sales
+    # ... but not those of a namespace below it: the wildcard stops at its level.
+    r = create(["sales", "us"])
+    assert r.status_code == 403 and err(r)["type"] == "ForbiddenException", r.text
+    assert c.delete("/v1/namespaces/sales%1Feu", headers=W).status_code == 204
+    assert c.delete("/v1/namespaces/sales", headers=S).status_code == 204
+    assert create(["sales"]).status_code == 200
     # Seen but not wholly covered: 403, whether it exists or not.
     for r in (create(["cdc"]), create(["cdc", "x"]), props("cdc"), c.delete("/v1/namespaces/cdc", headers=S)):
         assert r.status_code == 403 and err(r)["type"] == "ForbiddenException", r.text
@@ -265,19 +270,79 @@ def test_a_client_without_tables_sees_and_changes_everything(tmp_path: Path) -> 
         assert c.may_see_namespace(("any", "where")) and c.may_change_namespace(("x",))
 
 
-def _brute(pattern: str, prefix: str, every: bool) -> bool:
-    rests = ["".join(p) for n in range(1, 5) for p in itertools.product("ab.[", repeat=n)]
-    hits = (fnmatch.fnmatchcase(prefix + r, pattern.lower()) for r in rests)
-    return all(hits) if every else any(hits)
+READS = [  # pattern, namespace, table: may the client read it
+    ("*", ("a", "b"), "t", True),
+    ("**", ("a",), "t", True),
+    ("cdc.orders*", ("cdc",), "orders_eu", True),
+    ("cdc.orders*", ("cdc",), "orders.x", True),  # a table name with a dot is one level still
+    ("cdc.orders*", ("cdc", "orders"), "x", False),  # issue 28: * does not cross a namespace level
+    ("cdc.orders*", ("cdc", "orders_eu"), "x", False),
+    ("cdc.*", ("cdc", "x"), "t", False),
+    ("cdc.*", ("cdc",), "t", True),
+    ("*.t", ("a",), "t", True),
+    ("*.t", ("a", "b"), "t", False),
+    ("*.*.*", ("a", "b"), "t", True),
+    ("a.b.t", ("a", "b"), "t", True),
+    ("a.b.t", ("a",), "b.t", False),  # the same dotted text, another table
+    ("cdc.a[.]b", ("cdc",), "a.b", True),  # a dot in a table name, named in brackets
+    ("cdc.a[.]b", ("cdc", "a"), "b", False),
+    ("CDC.Orders", ("cdc",), "ORDERS", True),
+    ("c?c.t", ("cdc",), "t", True),
+    ("[!a].t", ("b",), "t", True),
+    ("[!a].t", ("a",), "t", False),
+]
 
 
-@pytest.mark.parametrize(
-    "pattern", ["*", "a.*", "a.b", "A.B", "a*", "?.b", "[ab].*", "[!a].b", "a.[", "*.b", "a.b*", "a[.]b", "**", "a.?"]
-)
-def test_prefix_questions_agree_with_fnmatch(pattern: str) -> None:
-    for prefix in ("a.", "b.", "a.b.", "", "ab."):
-        assert patterns.some_after(pattern, prefix) == _brute(pattern, prefix, every=False), (pattern, prefix)
-        assert patterns.all_after(pattern, prefix) == _brute(pattern, prefix, every=True), (pattern, prefix)
+@pytest.mark.parametrize(("pattern", "ns", "table", "expected"), READS)
+def test_a_pattern_reads_a_namespace_part_and_a_table_part(
+    pattern: str, ns: tuple[str, ...], table: str, expected: bool
+) -> None:
+    assert auth.Client("c", auth.Access.READ, (pattern,)).may_read(".".join(ns), table) is expected
+
+
+def test_patterns_that_could_only_match_nothing_are_refused_at_load(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    for bad in ("orders", ".t", "cdc.", "a..t", "a[.]b"):
+        f.write_text(f'[[client]]\nid = "x"\ntoken = "t"\ntables = ["{bad}"]\n')
+        with pytest.raises(auth.TokensFileError, match=r"namespace\.table"):
+            auth.Tokens.load(f, 60)
+
+
+LEVELS = ("a", "b", "ab")
+NAMESPACES = [ns for n in (1, 2, 3) for ns in itertools.product(LEVELS, repeat=n)]
+TABLES = ("a", "b", "t", "ab", "bb", "a.b")
+
+
+QUESTIONED = ["*", "a.*", "a.b", "A.B", "a*.*", "?.b", "[ab].*", "[!a].b", "*.b", "a.b*", "**", "a.?", "a.b.t", "*.*.*"]
+
+
+@pytest.mark.parametrize("pattern", QUESTIONED)
+def test_the_namespace_questions_agree_with_may_read(pattern: str) -> None:
+    """Over every name of a small universe: a namespace is seen exactly when a table the client
+    reads lies in it or below it, and changed only when the client reads every table of it."""
+    c = auth.Client("c", auth.Access.WRITE, (pattern,))
+    reads = {(ns, t) for ns in NAMESPACES for t in TABLES if c.may_read(".".join(ns), t)}
+    for ns in NAMESPACES:
+        below = any(seen[: len(ns)] == ns for seen, _ in reads)
+        assert c.may_see_namespace(ns) == below, (pattern, ns)
+        assert c.may_change_namespace(ns) == all((ns, t) in reads for t in TABLES), (pattern, ns)
+
+
+def test_a_hidden_namespace_below_a_pattern_s_prefix_stays_hidden(client: TestClient) -> None:
+    """Issue 28: ``cdc.allowed*`` once matched the table ``x`` of the namespace ``cdc.allowed``."""
+    c = client
+    assert c.post("/v1/namespaces", json={"namespace": ["cdc", "allowed"]}, headers=W).status_code == 200
+    make_table(c, "cdc%1Fallowed", "x")
+    nested = "/v1/namespaces/cdc%1Fallowed/tables/x"
+    assert c.get(nested, headers=W).status_code == 200
+    assert c.get(nested, headers=S).status_code == 404
+    assert c.post(nested, json=PROPS, headers=S).status_code == 404
+    assert c.delete(nested, params={"purgeRequested": "true"}, headers=S).status_code == 404
+    assert c.get("/v1/namespaces/cdc%1Fallowed/tables", headers=S).status_code == 404
+    assert c.get("/v1/namespaces", params={"parent": "cdc"}, headers=S).json()["namespaces"] == []
+    body = {"name": "y", "schema": SCHEMA}
+    assert c.post("/v1/namespaces/cdc%1Fallowed/tables", json=body, headers=S).status_code == 403
+    assert c.get(nested, headers=W).status_code == 200
 
 
 # -- pyiceberg's RestCatalog, real server
