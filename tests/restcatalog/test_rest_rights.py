@@ -4,7 +4,9 @@ missing, for a restricted client and for one without ``tables``. A table outside
 answers byte for byte what the same request answers once it is gone, and what an unrestricted
 client hears of a missing table; list-tables and list-namespaces leave out what the client may
 not see; pyiceberg's RestCatalog with the restricted credential reads the table it may and gets
-NoSuchTableError for the other."""
+NoSuchTableError for the other. Two write clients with different patterns cannot reach each
+other's tables through register, purge, rename or a create's location (issue 28): the other's
+files stay on disk and its rows read back."""
 
 from __future__ import annotations
 
@@ -23,7 +25,20 @@ from cdclake.config.settings import Settings
 from restcatalog import auth
 from restcatalog.app import create_app
 from tests.support import make_settings
-from tests.support.rest import SCHEMA, TOKENS, W, err, make_table, rest_catalog, serve
+from tests.support.rest import (
+    ROWS,
+    SCHEMA,
+    TOKENS,
+    W,
+    err,
+    files_under,
+    make_table,
+    rest_catalog,
+    rows_of,
+    seed_table,
+    serve,
+    sql_catalog,
+)
 
 SCOPED_TOKENS = """
 [[client]]
@@ -32,8 +47,15 @@ access = "write"
 secret = "ssecret"
 token = "static-scoped"
 tables = ["cdc.allowed*", "sales.*", "a.b.t"]
+
+[[client]]
+id = "other"
+access = "write"
+token = "static-other"
+tables = ["cdc.secret*"]
 """
 S = {"Authorization": "Bearer static-scoped"}
+O = {"Authorization": "Bearer static-other"}  # noqa: E741
 
 
 def rights_settings(home: Path) -> Settings:
@@ -77,7 +99,10 @@ def _transaction(c: TestClient, h: dict[str, str], t: str, first: dict[str, Any]
 
 
 def _register(c: TestClient, h: dict[str, str], t: str) -> Any:
-    loc = location(c, "allowed")
+    # Metadata of no live table (a live table's is refused: tests/restcatalog/test_rest_overlaps.py).
+    src = f"dropped_{next(_fresh)}"
+    loc = make_table(c, "cdc", src)["metadata-location"]
+    assert c.delete(T + src, headers=W).status_code == 204
     return c.post("/v1/namespaces/cdc/register", json={"name": t, "metadata-location": loc}, headers=h)
 
 
@@ -176,6 +201,132 @@ def test_list_tables_shows_only_the_tables_of_the_patterns(client: TestClient) -
     # Pages are of what the client sees: no token to a page of nothing but hidden tables.
     assert names(S, pageSize=2) == (["allowed", "allowed_tx"], None)
     assert names(W, pageSize=2) == (["allowed", "allowed_tx"], "2")
+
+
+# -- two clients' write rights over each other's tables (issue 28)
+
+
+@dataclass(frozen=True)
+class Party:
+    headers: dict[str, str]
+    prefix: str
+    """Its tables are ``cdc.<prefix>*``."""
+
+
+SCOPED, OTHER = Party(S, "allowed"), Party(O, "secret")
+PAIRS = [(SCOPED, OTHER), (OTHER, SCOPED)]
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    send: Callable[[TestClient, Settings, Party, Any], httpx.Response]
+    status: int
+    field: str | None = None
+    """What a 400 names first: the refusal is the place rule's, not another check's."""
+
+
+def _victim_of(p: Party) -> tuple[str, str]:
+    return "cdc", f"{p.prefix}_emp"
+
+
+def _reg(c: TestClient, name: str, loc: str, h: dict[str, str]) -> Any:
+    return c.post("/v1/namespaces/cdc/register", json={"name": name, "metadata-location": loc}, headers=h)
+
+
+def _free_metadata(c: TestClient, a: Party) -> str:
+    src = f"{a.prefix}_dropped_{next(_fresh)}"
+    loc = str(make_table(c, "cdc", src)["metadata-location"])
+    assert c.delete(T + src, headers=W).status_code == 204
+    return loc
+
+
+def _create(c: TestClient, a: Party, name: str, **extra: Any) -> Any:
+    return c.post(T[:-1], json={"name": name, "schema": SCHEMA, **extra}, headers=a.headers)
+
+
+def _purge(c: TestClient, name: str, h: dict[str, str]) -> Any:
+    return c.delete(T + name, params={"purgeRequested": "true"}, headers=h)
+
+
+def _purge_alias(c: TestClient, st: Settings, a: Party, v: Any) -> Any:
+    # An alias made beside the server (the REST routes refuse one): its purge keeps the shared files.
+    sql_catalog(st).register_table(("cdc", f"{a.prefix}_alias"), v.metadata_location)
+    return _purge(c, f"{a.prefix}_alias", a.headers)
+
+
+ATTACKS = [
+    Attack(
+        "register over its metadata",
+        lambda c, st, a, v: _reg(c, f"{a.prefix}_reg", v.metadata_location, a.headers),
+        400,
+        "metadata-location",
+    ),
+    Attack("register its name", lambda c, st, a, v: _reg(c, v.name()[-1], _free_metadata(c, a), a.headers), 403),
+    Attack("purge it", lambda c, st, a, v: _purge(c, v.name()[-1], a.headers), 404),
+    Attack("purge an alias", _purge_alias, 204),
+    Attack("rename it", lambda c, st, a, v: _rename(c, a.headers, v.name()[-1], f"{a.prefix}_got"), 404),
+    Attack("rename onto it", lambda c, st, a, v: _rename(c, a.headers, f"{a.prefix}_emp", v.name()[-1]), 403),
+    Attack(
+        "create at its location",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=v.location()),
+        400,
+        "location",
+    ),
+    Attack(
+        "create inside it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=v.location() + "/data/x"),
+        400,
+        "location",
+    ),
+    Attack(
+        "create around it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=st.warehouse + "/files"),
+        400,
+        "location",
+    ),
+    Attack(
+        "create writing into it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", properties={"write.data.path": v.location() + "/data"}),
+        400,
+        "write.data.path",
+    ),
+]
+
+
+@pytest.fixture()
+def two(tmp_path: Path) -> Iterator[tuple[TestClient, Settings, dict[str, Any]]]:
+    """``cdc.allowed_emp`` and ``cdc.secret_emp``, with rows, in folders not named after them."""
+    settings = rights_settings(tmp_path)
+    tables = {
+        p.prefix: seed_table(settings, _victim_of(p), location=f"{settings.warehouse}/files/{p.prefix[0]}1")
+        for p in (SCOPED, OTHER)
+    }
+    with TestClient(create_app(settings)) as c:
+        yield c, settings, tables
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+@pytest.mark.parametrize(("actor", "target"), PAIRS, ids=["scoped on other", "other on scoped"])
+def test_a_write_client_cannot_reach_another_s_table_through_its_places(
+    two: tuple[TestClient, Settings, dict[str, Any]], attack: Attack, actor: Party, target: Party
+) -> None:
+    c, settings, tables = two
+    victim = tables[target.prefix]
+    files = files_under(victim.location())
+    assert files and rows_of(settings, _victim_of(target)) == ROWS
+    r = attack.send(c, settings, actor, victim)
+    assert r.status_code == attack.status, r.text
+    if r.status_code >= 400:
+        message = err(r)["message"]
+        if attack.field is not None:
+            assert message.startswith(attack.field + " ") and "another live table's" in message, message
+            assert victim.name()[-1] not in message, "the refusal named a table the client may not read"
+    # Independent of what the server answered: the victim's files and rows are all there.
+    assert files_under(victim.location()) == files
+    assert rows_of(settings, _victim_of(target)) == ROWS
+    # ... and its own table stays the actor's to use.
+    assert c.head(T + f"{actor.prefix}_emp", headers=actor.headers).status_code == 204
 
 
 # -- namespaces
