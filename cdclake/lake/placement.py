@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from cdclake.config.settings import Settings
+
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table.metadata import TableMetadata
@@ -175,3 +177,15 @@ def crowded(places: list[Place], namespace: tuple[str, ...]) -> dict[str, Place]
         if other is not None:
             out[p.ident[-1]] = other
     return out
+
+
+def namespace_survey(settings: Settings) -> tuple[dict[str, str], dict[str, Place]]:
+    """For the maintenance DAGs, over the pipeline's namespace: the tables whose metadata cannot
+    be read (with why), and the readable ones whose places overlap another table's (with that
+    other: :func:`crowded`). Every table of the catalog counts as another."""
+    from cdclake.lake.catalog import open_catalog
+
+    places = live_places(open_catalog(settings))
+    ns = tuple(settings.namespace.split("."))
+    unreadable = {p.ident[-1]: p.unreadable for p in places if p.ident[:-1] == ns and p.unreadable is not None}
+    return unreadable, crowded(places, ns)
