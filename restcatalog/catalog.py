@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from cdclake.config.settings import Settings
 from cdclake.lake.catalog import io_properties
-from cdclake.lake.placement import Place, live_places, roots_of
+from cdclake.lake.placement import Place, live_places, metadata_roots, roots_of
 from restcatalog import locations, names, overlaps, purge
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
 from restcatalog.models import CreateTableRequest
@@ -145,6 +145,8 @@ class Catalog:
         # The same name, database and warehouse as cdclake.lake.catalog.open_catalog and Spark's
         # JdbcCatalog: the same rows of iceberg_tables.
         self.sql = _CachingSqlCatalog(settings.catalog_name, self.cache, **props)
+        # Not through the metadata cache: a survey of every table would evict the hot entries.
+        self.roots = overlaps.KnownRoots(metadata_roots(self.sql))
         if self.sql.engine.dialect.name == "sqlite":
             _use_wal(self.sql.engine)
 
@@ -159,11 +161,7 @@ class Catalog:
 
     def places(self, *skip: Identifier) -> list[Place]:
         """Every table of the catalog but ``skip``, with its roots."""
-
-        def read(location: str) -> TableMetadata:
-            return self.cache.get(location, load_file_io(self.sql.properties, location)).metadata
-
-        return [p for p in live_places(self.sql, read) if p.ident not in skip]
+        return [p for p in live_places(self.sql, self.roots) if p.ident not in skip]
 
     def create(self, ns: Identifier, req: CreateTableRequest) -> Loaded:
         name = names.table(req.name)

@@ -17,7 +17,9 @@ serialized with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 
 from cdclake.lake.placement import Place, clash, is_location_property
 from restcatalog.errors import bad_request
@@ -64,3 +66,28 @@ def require_unclaimed(metadata_location: str, others: list[Place]) -> None:
             f"metadata-location {_show(metadata_location)} lies inside another live table's place: register "
             f"takes metadata that belongs to no live table (drop that table first); {RULE}"
         )
+
+
+class KnownRoots:
+    """Each metadata file's roots, remembered: a metadata file is never rewritten, so its roots
+    never change, and a check then reads only the files it has not seen (one per commit since),
+    not every table's. Bounded; a tuple of a few paths per table."""
+
+    def __init__(self, roots: Callable[[str], tuple[str, ...]], size: int = 65536) -> None:
+        self._roots = roots
+        self._size = size
+        self._known: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, metadata_location: str) -> tuple[str, ...]:
+        with self._lock:
+            hit = self._known.get(metadata_location)
+            if hit is not None:
+                self._known.move_to_end(metadata_location)
+                return hit
+        found = self._roots(metadata_location)  # raises for an unreadable file: not remembered
+        with self._lock:
+            self._known[metadata_location] = found
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+        return found

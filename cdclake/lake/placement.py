@@ -127,14 +127,14 @@ def clash(uri: str, others: Iterable[Place]) -> Place | None:
     return next((p for p in others if p.overlaps(uri)), None)
 
 
-def live_places(sql: SqlCatalog, read: Callable[[str], TableMetadata] | None = None) -> list[Place]:
-    """Every table row of the catalog (all namespaces) with its roots, read from its current
-    metadata file (``read``: by default through the catalog's FileIO)."""
+def live_places(sql: SqlCatalog, roots: Callable[[str], tuple[str, ...]] | None = None) -> list[Place]:
+    """Every table row of the catalog (all namespaces) with its roots, from its current metadata
+    file (``roots``: a metadata file's roots; by default read through the catalog's FileIO)."""
     from pyiceberg.catalog.sql import IcebergTables
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    read = read or _reader(sql)
+    roots = roots or metadata_roots(sql)
     stmt = select(IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location).where(
         IcebergTables.catalog_name == sql.name
     )
@@ -146,24 +146,31 @@ def live_places(sql: SqlCatalog, read: Callable[[str], TableMetadata] | None = N
             continue
         ident = (*namespace.split("."), name)
         try:
-            meta = read(metadata_location)
+            out.append(Place(ident, roots(metadata_location)))
         except Exception as exc:  # lost or corrupt: the row still names where the table was
             why = f"{type(exc).__name__}: {exc}"
             log.warning("table %s: metadata unreadable (%s)", ".".join(ident), why)
             out.append(Place(ident, guessed_roots(metadata_location), why))
-            continue
-        out.append(Place(ident, roots_of(meta.location, meta.properties)))
     return out
 
 
-def _reader(sql: SqlCatalog) -> Callable[[str], TableMetadata]:
+def metadata_roots(
+    sql: SqlCatalog, read: Callable[[str], TableMetadata] | None = None
+) -> Callable[[str], tuple[str, ...]]:
+    """A metadata file's roots, read with ``read`` (default: the catalog's FileIO)."""
     from pyiceberg.io import load_file_io
     from pyiceberg.serializers import FromInputFile
 
-    def read(location: str) -> TableMetadata:
+    def default(location: str) -> TableMetadata:
         return FromInputFile.table_metadata(load_file_io(sql.properties, location).new_input(location))
 
-    return read
+    reader = read or default
+
+    def roots(location: str) -> tuple[str, ...]:
+        meta = reader(location)
+        return roots_of(meta.location, meta.properties)
+
+    return roots
 
 
 def crowded(places: list[Place], namespace: tuple[str, ...]) -> dict[str, Place]:

@@ -167,3 +167,41 @@ def test_a_commit_may_not_move_a_table_into_another_s_place(
     refused(client.post("/v1/transactions/commit", json={"table-changes": both}, headers=MINE), "location")
     assert client.get(f"{T}/mine_a", headers=W).json()["metadata-location"] == first
     intact.check()
+
+
+def test_creates_at_once_take_a_place_once(client: TestClient, settings: Settings) -> None:
+    """The check and the write that takes the place are one step: of creates racing for one
+    folder, one lands."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client.post("/v1/namespaces", json={"namespace": ["cdc"]}, headers=W)
+    where = settings.warehouse + "/cdc/contested"
+
+    def create(i: int) -> int:
+        body = {"name": f"mine_{i}", "schema": SCHEMA, "location": where}
+        return int(client.post(T, json=body, headers=MINE).status_code)
+
+    with ThreadPoolExecutor(6) as pool:
+        codes = sorted(pool.map(create, range(6)))
+    assert codes == [200] + [400] * 5
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ("file:///wh/cdc/t", "file:///wh/cdc/t2", False),  # by path segments, not by prefix
+        ("file:///wh/cdc/t", "file:///wh/cdc/t/data", True),
+        ("file:///wh/cdc/t/", "file:///wh/cdc/t", True),
+        ("file:///wh", "file:///wh/cdc/t", True),
+        ("/wh/cdc/t", "file:///wh/cdc/t", True),
+        ("file:///wh/cdc/T", "file:///wh/cdc/t", True),  # a case-insensitive store makes them one
+        ("file:///wh/cdc/%74", "file:///wh/cdc/t", True),  # one reading decodes to the other
+        ("s3://b/wh/t", "s3a://b/wh/t/x", True),
+        ("s3://b/wh/t", "s3://c/wh/t", False),
+        ("s3://b/wh/t", "file:///wh/t", False),
+    ],
+)
+def test_the_overlap_rule(a: str, b: str, expected: bool) -> None:
+    from cdclake.lake.placement import overlap
+
+    assert overlap(a, b) is expected and overlap(b, a) is expected
