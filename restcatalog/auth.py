@@ -13,7 +13,9 @@ Without a file every request is allowed (the server then listens on loopback onl
 
 ``tables`` limits every route: the Iceberg REST routes (:mod:`restcatalog.rights`: a table outside
 the patterns answers as a missing one), the query API and the change feed. There is no separate
-list of tables to write: a write client writes the tables it may read.
+list of tables to write: a write client writes the tables it may read. Whatever its patterns, no
+client may place a table where another live table lives or register another's metadata
+(:mod:`restcatalog.overlaps`): no right in this file allows it.
 
 ``POST /v1/oauth/tokens`` trades a client's id and secret for an access token: an HMAC-signed
 ``id, access, expiry`` under a key made at start-up, so tokens need no storage; a restart
