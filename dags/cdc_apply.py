@@ -43,6 +43,10 @@ Next to each table the job keeps `<table>__changes` (every event with its outcom
 `<table>__quarantine` (values that do not fit the table, with the reason) and
 `<table>__tombstones` (deleted keys, so late events cannot resurrect them).
 
+A table whose metadata file cannot be read (lost, or not Iceberg metadata) has no known
+watermark: the plan leaves it out with a `TABLE UNREADABLE <table>` error line and applies the
+others; `cdc_freshness` fails naming it until its metadata is restored or the table dropped.
+
 **Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
 The task log of each mapped `apply` task has a `CDCLAKE_RESULT {...}` line per table and pass: objects
 consumed, events received = applied + duplicate + superseded + late + quarantined, and the
@@ -84,7 +88,11 @@ def cdc_apply() -> None:
 
         params = params or {}
         settings = load()
-        pending = pending_tables(settings, only=list(params.get("tables") or []))
+        unreadable: dict[str, str] = {}
+        pending = pending_tables(settings, only=list(params.get("tables") or []), unreadable=unreadable)
+        for table, why in sorted(unreadable.items()):
+            # The alert is cdc_freshness's (it fails naming the table); this run applies the rest.
+            log.error("TABLE UNREADABLE %s: not applied, its metadata cannot be read (%s)", table, why)
         log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
         jobs: list[dict[str, Any]] = []

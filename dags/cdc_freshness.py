@@ -20,6 +20,10 @@ waited, in the staging store's clock (0 when nothing is pending). It fails when 
 is past its objective (`CDCLAKE_FRESHNESS_OBJECTIVE_S`, default 900 s; per table
 `freshness_objective_s` in `CDCLAKE_TABLE_CONFIG`), with one line per such table:
 `FRESHNESS MISSED orders: acked data has waited 912 s to become visible (...), objective 900 s`.
+It also fails for a table whose metadata file cannot be read (lost, or not Iceberg metadata:
+`cdc_apply` skips it, and its freshness cannot be known), one line each:
+`TABLE UNREADABLE employees: its metadata cannot be read (FileNotFoundError: ...); cdc_apply skips it`,
+until the file is restored or the table dropped.
 Freshness by event time (now minus the newest applied event time) is not judged: a quiet source,
 or one sending old events, is not stale (both are on the REST catalog's `/metrics`).
 
@@ -63,7 +67,7 @@ def cdc_freshness() -> None:
         from cdclake.lake.freshness import table_freshness
 
         found = table_freshness(load())
-        for f in found:
+        for f in (f for f in found if not f.unreadable):
             log.info(
                 "%s: freshness by commit time %.0f s (objective %d s, %d pending staging objects)",
                 f.table,
@@ -71,12 +75,13 @@ def cdc_freshness() -> None:
                 f.objective_s,
                 f.pending_objects,
             )
-        missed = [f for f in found if f.missed]
-        for f in missed:
-            log.error("FRESHNESS MISSED %s", f.describe())
-        if missed:
-            raise AirflowFailException("; ".join(f"FRESHNESS MISSED {f.describe()}" for f in missed))
-        return {f.table: f.by_commit_s for f in found}
+        problems = [f"TABLE UNREADABLE {f.describe_unreadable()}" for f in found if f.unreadable]
+        problems += [f"FRESHNESS MISSED {f.describe()}" for f in found if f.missed]
+        for problem in problems:
+            log.error("%s", problem)
+        if problems:
+            raise AirflowFailException("; ".join(problems))
+        return {f.table: f.by_commit_s for f in found if not f.unreadable}
 
     check()
 

@@ -30,6 +30,11 @@ re-run of the same interval does the same thing:
    whose objects are all gone — keeping each producer's newest receipt, so its batch numbering
    survives, for `CDCLAKE_RECEIPT_RETENTION_S` after it landed (then the producer is forgotten).
 
+A table whose metadata cannot be read is left out (a `TABLE UNREADABLE` error line; the others
+are maintained). A table whose places (location, `write.*.path` properties) overlap another
+table's gets no orphan clean-up, with a warning naming the other: the other's files would be its
+orphans (`cdclake/lake/placement.py`; the REST catalog refuses such tables, older ones may remain).
+
 Tables are grouped into at most `CDCLAKE_MAX_MAPPED_TASKS` mapped tasks, each running its group
 in turn (`spark_jobs/group.py`).
 
@@ -84,6 +89,7 @@ def iceberg_expire() -> None:
         """At most CDCLAKE_MAX_MAPPED_TASKS jobs, each maintaining its group of tables in turn."""
         from cdclake.config.settings import load
         from cdclake.lake.health import all_tables
+        from cdclake.lake.placement import namespace_survey
         from cdclake.orchestration.dag_support import table_groups
         from cdclake.orchestration.submit import group_kwargs
 
@@ -94,11 +100,18 @@ def iceberg_expire() -> None:
         orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
         tombstones = end - timedelta(seconds=settings.tombstone_retention_s)
         only = {t.lower() for t in p.get("tables") or []}
-        names = [t for t in all_tables(settings) if not only or t in only]
+        unreadable, crowded = namespace_survey(settings)
+        for t, why in sorted(unreadable.items()):
+            log.error("TABLE UNREADABLE %s: not maintained, its metadata cannot be read (%s)", t, why)
+        for t, other in sorted(crowded.items()):
+            log.warning("%s: no orphan clean-up, its places overlap %s's", t, ".".join(other.ident))
+        names = [t for t in all_tables(settings) if (not only or t in only) and t not in unreadable]
 
         def args(t: str) -> list[str]:
             out = ["expire", "--table", t, "--older-than", older.isoformat()]
-            out += ["--retain-last", str(int(p.get("retain_last", 5))), "--orphans-older-than", orphans.isoformat()]
+            out += ["--retain-last", str(int(p.get("retain_last", 5)))]
+            if t not in crowded:  # else the other table's files would be this one's orphans
+                out += ["--orphans-older-than", orphans.isoformat()]
             if p.get("dry_run"):
                 out.append("--dry-run")
             if "__" not in t:  # a CDC table: its deleted keys are forgotten after their retention

@@ -6,13 +6,16 @@
     secret_sha256 = "9f86d0..."       # OAuth2 client_credentials (``credential=spark:<secret>``),
                                       # or secret = "..." (hash preferred: the file is no secret then)
     token_sha256 = "..."              # and/or a static bearer token (or token = "...")
-    tables = ["cdc.orders", "cdc.*"]  # optional: the tables it may read, and write if "write" (default ["*"])
+    tables = ["cdc.orders", "cdc.*"]  # optional: the tables it may read, and write if "write" (default ["*"]);
+                                      # a wildcard stays within one namespace level (restcatalog.patterns)
 
 Without a file every request is allowed (the server then listens on loopback only).
 
 ``tables`` limits every route: the Iceberg REST routes (:mod:`restcatalog.rights`: a table outside
 the patterns answers as a missing one), the query API and the change feed. There is no separate
-list of tables to write: a write client writes the tables it may read.
+list of tables to write: a write client writes the tables it may read. Whatever its patterns, no
+client may place a table where another live table lives or register another's metadata
+(:mod:`restcatalog.overlaps`): no right in this file allows it.
 
 ``POST /v1/oauth/tokens`` trades a client's id and secret for an access token: an HMAC-signed
 ``id, access, expiry`` under a key made at start-up, so tokens need no storage; a restart
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import fnmatch
 import hashlib
 import hmac
 import json
@@ -50,25 +52,30 @@ class Client:
     id: str
     access: Access
     tables: tuple[str, ...] = ("*",)
-    """``namespace.table`` patterns (``*`` and ``?`` wildcards, case-insensitive): the tables this
-    client may read, and with write access create, commit to, rename and drop."""
+    """``namespace.table`` patterns (:mod:`restcatalog.patterns`: ``*``, ``?`` and ``[...]`` within
+    one namespace level, case-insensitive; ``*`` alone for every table): the tables this client
+    may read, and with write access create, commit to, rename and drop."""
+
+    def _patterns(self) -> list[patterns.Pattern]:
+        return [p for p in map(patterns.parse, self.tables) if p is not None]
 
     def may_read(self, namespace: str, table: str) -> bool:
-        name = f"{namespace}.{table}".lower()
-        return any(fnmatch.fnmatchcase(name, p.lower()) for p in self.tables)
+        """``namespace`` dotted (its levels hold no dots, so the split is exact)."""
+        levels = tuple(namespace.split("."))
+        return any(p.matches(levels, table) for p in self._patterns())
 
     def may_see_namespace(self, namespace: tuple[str, ...]) -> bool:
         """Whether the patterns may cover a table in ``namespace`` or below it. Decided on the
         names alone, never on what the catalog holds: which namespaces a client is shown tells it
         nothing about tables it may not read."""
-        prefix = ".".join(namespace) + "."
-        return any(patterns.some_after(p, prefix) for p in self.tables)
+        return any(p.may_cover_in_or_below(namespace) for p in self._patterns())
 
     def may_change_namespace(self, namespace: tuple[str, ...]) -> bool:
-        """Whether the patterns cover every table in ``namespace`` and below (``ns.*``, ``*``):
-        dropping it or changing its properties touches tables the client could not see else."""
-        prefix = ".".join(namespace) + "."
-        return any(patterns.all_after(p, prefix) for p in self.tables)
+        """Whether the patterns cover every table of ``namespace`` (``ns.*``, ``*``): creating
+        it, dropping it (only when it has no tables and no child namespace) or changing its
+        properties (its ``location`` places its tables) acts on tables the client could not see
+        else. A namespace below it is its own: ``cdc.*`` does not change ``cdc.x``."""
+        return any(p.covers_all_in(namespace) for p in self._patterns())
 
 
 ANYONE = Client("anyone", Access.WRITE)
@@ -126,6 +133,9 @@ class Tokens:
             tables = entry.get("tables", ["*"])
             if not isinstance(tables, list) or not tables or not all(isinstance(t, str) and t for t in tables):
                 raise TokensFileError(f"{at}.tables must be a non-empty list of 'namespace.table' patterns")
+            for t in tables:
+                if (why := patterns.problem(t)) is not None:
+                    raise TokensFileError(f"{at}.tables: {t!r} is not a 'namespace.table' pattern: {why}")
             client = Client(cid, access, tuple(tables))
             secret = _digest(entry, "secret", at)
             token = _digest(entry, "token", at)

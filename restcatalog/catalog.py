@@ -3,8 +3,8 @@
 Every metadata rule is pyiceberg's: requirements are checked by ``TableRequirement.validate``,
 updates applied by ``update_table_metadata`` (both through ``_update_and_stage_table``), files
 written by ``_write_metadata``. What is added here: a cache of parsed metadata files, commits of
-several tables in one database transaction, and confinement of server-side writes and deletes
-to the warehouse.
+several tables in one database transaction, confinement of server-side writes and deletes
+to the warehouse, and the rule that keeps tables' places apart (:mod:`restcatalog.overlaps`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from pyiceberg.catalog import MANIFEST, MANIFEST_LIST, METADATA, PREVIOUS_METADATA, delete_data_files, delete_files
 from pyiceberg.catalog import Catalog as PyCatalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
-from pyiceberg.manifest import ManifestFile
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import CommitTableRequest, Table
@@ -37,7 +35,8 @@ from sqlalchemy.orm import Session
 
 from cdclake.config.settings import Settings
 from cdclake.lake.catalog import io_properties
-from restcatalog import locations, names
+from cdclake.lake.placement import Place, live_places, metadata_roots, roots_of
+from restcatalog import locations, names, overlaps, purge
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
 from restcatalog.models import CreateTableRequest
 
@@ -116,29 +115,6 @@ class _CachingSqlCatalog(SqlCatalog):
         )
 
 
-class _ConfinedIO(FileIO):
-    """Deletes only under the warehouse: a purge deletes what manifests list, and manifests are
-    written by clients."""
-
-    def __init__(self, inner: FileIO, root: str) -> None:
-        super().__init__(inner.properties)
-        self._inner = inner
-        self._root = root
-
-    def new_input(self, location: str) -> InputFile:
-        return self._inner.new_input(location)
-
-    def new_output(self, location: str) -> OutputFile:
-        return self._inner.new_output(location)
-
-    def delete(self, location: str | InputFile | OutputFile) -> None:
-        path = location if isinstance(location, str) else location.location
-        if not locations.within(path, self._root):
-            log.warning("purge skips a file outside the warehouse", extra={"path": path})
-            return
-        self._inner.delete(location)
-
-
 def _check_properties(props: dict[str, str], before: dict[str, str] | None = None) -> None:
     for key in FORBIDDEN_PROPERTIES:
         if key in props and (before is None or before.get(key) != props[key]):
@@ -154,17 +130,23 @@ class _Staged:
     io: FileIO
     changed: bool
     raw: bytes = b""
+    taken: list[tuple[str, str]] = field(default_factory=list)
+    """The places this change takes (:func:`restcatalog.overlaps.fields`): new or moved."""
 
 
 class Catalog:
     def __init__(self, settings: Settings) -> None:
         self.warehouse = settings.warehouse
         self.cache = MetadataCache()
+        self.placing = threading.Lock()
+        """Held from the check that a place is free to the write that takes it (:mod:`restcatalog.overlaps`)."""
         props = {"uri": settings.catalog_db_url, "warehouse": settings.warehouse, "schema_version": "v1"}
         props.update(io_properties(settings))
         # The same name, database and warehouse as cdclake.lake.catalog.open_catalog and Spark's
         # JdbcCatalog: the same rows of iceberg_tables.
         self.sql = _CachingSqlCatalog(settings.catalog_name, self.cache, **props)
+        # Not through the metadata cache: a survey of every table would evict the hot entries.
+        self.roots = overlaps.KnownRoots(metadata_roots(self.sql))
         if self.sql.engine.dialect.name == "sqlite":
             _use_wal(self.sql.engine)
 
@@ -176,6 +158,10 @@ class Catalog:
     def load(self, ident: Identifier) -> Loaded:
         table = self.sql.load_table(ident)
         return self.cache.get(table.metadata_location, table.io)
+
+    def places(self, *skip: Identifier) -> list[Place]:
+        """Every table of the catalog but ``skip``, with its roots."""
+        return [p for p in live_places(self.sql, self.roots) if p.ident not in skip]
 
     def create(self, ns: Identifier, req: CreateTableRequest) -> Loaded:
         name = names.table(req.name)
@@ -189,13 +175,19 @@ class Catalog:
         locations.require(location, self.warehouse, "location")
         spec = req.partition_spec or UNPARTITIONED_PARTITION_SPEC
         order = req.write_order or UNSORTED_SORT_ORDER
+        taken = overlaps.fields(location, req.properties)
         if req.stage_create:
             if self.sql.table_exists(ident):
                 raise TableAlreadyExistsError(f"Table {'.'.join(ident)} already exists")
+            # Nothing is written yet: the create commit checks again, under the lock.
+            overlaps.require_apart(taken, self.places(ident))
             # new_table_metadata pops format-version from the dict it is given.
             metadata = new_table_metadata(req.table_schema, spec, order, location, dict(req.properties))
             return Loaded(None, metadata, serialize(metadata))
-        table = self.sql.create_table(ident, req.table_schema, req.location, spec, order, dict(req.properties))
+        with self.placing:
+            # Not the table itself: a name taken is SqlCatalog's 409, not a place taken.
+            overlaps.require_apart(taken, self.places(ident))
+            table = self.sql.create_table(ident, req.table_schema, req.location, spec, order, dict(req.properties))
         return self.cache.get(table.metadata_location, table.io)
 
     def register(self, ident: Identifier, metadata_location: str, overwrite: bool) -> Loaded:
@@ -212,27 +204,18 @@ class Catalog:
         # The file's own places to write count as given by the client: it may have written them.
         locations.require(entry.metadata.location, self.warehouse, "location")
         locations.require_properties(entry.metadata.properties, self.warehouse)
-        table = self.sql.register_table(ident, metadata_location)
+        with self.placing:
+            others = self.places(ident)
+            overlaps.require_unclaimed(metadata_location, others)
+            overlaps.require_apart(overlaps.fields(entry.metadata.location, entry.metadata.properties), others)
+            table = self.sql.register_table(ident, metadata_location)
         return self.cache.get(table.metadata_location, table.io)
 
-    def drop(self, ident: Identifier, purge: bool) -> None:
-        if not purge:
+    def drop(self, ident: Identifier, purge_files: bool) -> None:
+        if purge_files:
+            purge.purge(self, ident)
+        else:
             self.sql.drop_table(ident)
-            return
-        table = self.sql.load_table(ident)
-        self.sql.drop_table(ident)
-        # As pyiceberg's MetastoreCatalog.purge_table, through an IO that deletes in the warehouse only.
-        io = _ConfinedIO(load_file_io(self.sql.properties, table.metadata_location), self.warehouse)
-        manifests: list[ManifestFile] = []
-        lists: set[str] = set()
-        for snapshot in table.metadata.snapshots:
-            manifests += snapshot.manifests(io)
-            lists.add(snapshot.manifest_list)
-        delete_data_files(io, manifests)
-        delete_files(io, {m.manifest_path for m in manifests}, MANIFEST)
-        delete_files(io, lists, MANIFEST_LIST)
-        delete_files(io, {e.metadata_file for e in table.metadata.metadata_log}, PREVIOUS_METADATA)
-        delete_files(io, {table.metadata_location}, METADATA)
 
     def commit(self, changes: Iterable[CommitTableRequest]) -> list[Loaded]:
         """Apply the changes of one or more tables atomically: every table's compare-and-swap of
@@ -243,6 +226,35 @@ class Catalog:
             if any(s.ident == ident for s in staged):
                 raise bad_request(f"table {'.'.join(ident)} appears twice in one commit")
             staged.append(self._stage(ident, change))
+        if any(s.taken for s in staged):
+            with self.placing:
+                self._require_apart(staged)
+                self._land(staged)
+        else:
+            self._land(staged)
+        out = []
+        for s in staged:
+            if s.changed:
+                entry = Loaded(s.location, s.metadata, s.raw)
+                self.cache.put(entry)
+                out.append(entry)
+            else:
+                out.append(self.cache.get(s.location, s.io))
+        return out
+
+    def _require_apart(self, staged: list[_Staged]) -> None:
+        """Each place a change takes, against every other table as it will be once the commit
+        lands: the catalog's, with this commit's tables as staged."""
+        idents = [s.ident for s in staged]
+        after = [
+            *self.places(*idents),
+            *(Place(s.ident, roots_of(s.metadata.location, s.metadata.properties)) for s in staged),
+        ]
+        for s in staged:
+            overlaps.require_apart(s.taken, [p for p in after if p.ident != s.ident])
+
+    def _land(self, staged: list[_Staged]) -> None:
+        """Write the changed tables' metadata files and swap their rows, all or none."""
         written: list[_Staged] = []
         try:
             for s in staged:
@@ -263,15 +275,6 @@ class Catalog:
                 except Exception:
                     log.warning("could not delete an unused metadata file", extra={"path": s.location})
             raise
-        out = []
-        for s in staged:
-            if s.changed:
-                entry = Loaded(s.location, s.metadata, s.raw)
-                self.cache.put(entry)
-                out.append(entry)
-            else:
-                out.append(self.cache.get(s.location, s.io))
-        return out
 
     def _stage(self, ident: Identifier, change: CommitTableRequest) -> _Staged:
         try:
@@ -302,7 +305,13 @@ class Catalog:
         if before is None or st.metadata.location != before.location:
             locations.require(st.metadata.location, self.warehouse, "location")
         locations.require(st.metadata_location, self.warehouse, "metadata location")
-        return _Staged(ident, current, st.metadata_location, st.metadata, st.io, True)
+        taken = overlaps.fields(
+            st.metadata.location,
+            st.metadata.properties,
+            before.location if before else None,
+            before.properties if before else None,
+        )
+        return _Staged(ident, current, st.metadata_location, st.metadata, st.io, True, taken=taken)
 
     def _swap(self, staged: list[_Staged]) -> None:
         sql = self.sql

@@ -90,7 +90,15 @@ def families(found: list[Freshness], ok: bool) -> list[Metric]:
     )
     pending = GaugeMetricFamily("cdclake_table_pending_objects", "Staging objects not yet applied.", labels=["table"])
     up = GaugeMetricFamily("cdclake_lake_metrics_up", "1 if the last read of the lake for these metrics succeeded.")
+    unreadable = GaugeMetricFamily(
+        "cdclake_table_unreadable",
+        "1 for a table whose metadata cannot be read: cdc_apply skips it (nothing else is known of it).",
+        labels=["table"],
+    )
     for f in found:
+        if f.unreadable is not None:
+            unreadable.add_metric([f.table], 1.0)
+            continue
         totals = totals_of(f.last_apply)
         for outcome in OUTCOMES:
             if outcome in totals:
@@ -107,4 +115,4 @@ def families(found: list[Freshness], ok: bool) -> list[Metric]:
         objective.add_metric([f.table], f.objective_s)
         pending.add_metric([f.table], f.pending_objects)
     up.add_metric([], 1.0 if ok else 0.0)
-    return [events, applies, phases, last, fresh, objective, pending, up]
+    return [events, applies, phases, last, fresh, objective, pending, up, unreadable]

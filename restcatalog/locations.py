@@ -18,40 +18,14 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import urlsplit
 
+from cdclake.lake.placement import is_location_property, readings, split
 from restcatalog.errors import bad_request
 
-_S3 = {"s3", "s3a", "s3n"}
+__all__ = ["is_location_property", "problem", "require", "require_properties", "within"]
+
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
-MAX_DECODES = 3
-"""Deeper percent-encoding than this is refused rather than interpreted."""
-
-
-def is_location_property(key: str) -> bool:
-    """Table properties that name a place to write: Iceberg's ``write.data.path``,
-    ``write.metadata.path``, ``write.object-storage.path``, ``write.folder-storage.path``, and
-    any other ``*.path`` / ``*location`` key an engine may honour."""
-    k = key.lower()
-    return k.endswith(".path") or k.endswith("location")
-
-
-def _split(uri: str) -> tuple[str, str, SplitResult]:
-    parts = urlsplit(uri)
-    scheme = (parts.scheme or "file").lower()
-    return ("s3" if scheme in _S3 else scheme), parts.netloc, parts
-
-
-def _readings(path: str) -> list[str] | None:
-    """The literal path and each percent-decoding of it until it stops changing; None if it
-    is still changing after :data:`MAX_DECODES`."""
-    out = [path]
-    for _ in range(MAX_DECODES):
-        decoded = unquote(out[-1])
-        if decoded == out[-1]:
-            return out
-        out.append(decoded)
-    return None if unquote(out[-1]) != out[-1] else out
 
 
 def _inside(path: str, root: str) -> bool:
@@ -60,37 +34,37 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _root_readings(root: str) -> tuple[str, str, list[str]]:
-    scheme, netloc, parts = _split(root)
-    return scheme, netloc, [posixpath.normpath(r or "/") for r in _readings(parts.path) or [parts.path]]
+    scheme, netloc, path = split(root)
+    return scheme, netloc, [posixpath.normpath(r or "/") for r in readings(path) or [path]]
 
 
 def within(uri: str, root: str) -> bool:
     """Whether every reading of ``uri`` names ``root`` or something below it."""
     try:
-        scheme, netloc, parts = _split(uri)
+        scheme, netloc, path = split(uri)
     except ValueError:
         return False
     r_scheme, r_netloc, r_paths = _root_readings(root)
-    readings = _readings(parts.path)
-    if readings is None or scheme != r_scheme or netloc != r_netloc:
+    found = readings(path)
+    if found is None or scheme != r_scheme or netloc != r_netloc:
         return False
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for r in readings for c in r):
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for r in found for c in r):
         return False
-    return all(_inside(r, r_paths[min(i, len(r_paths) - 1)]) for i, r in enumerate(readings))
+    return all(_inside(r, r_paths[min(i, len(r_paths) - 1)]) for i, r in enumerate(found))
 
 
 def problem(uri: str, root: str) -> str | None:
     """Why ``uri`` may not be a location under ``root``; None when it names one place inside."""
     if not within(uri, root):
         return "outside"
-    readings = _readings(urlsplit(uri).path) or []
+    found = readings(urlsplit(uri).path) or []
     if "?" in uri or "#" in uri:
         return "a '?' or '#' (a query or fragment is no part of a location)"
-    if any("\\" in r for r in readings):
+    if any("\\" in r for r in found):
         return "a backslash"
-    if any(seg in (".", "..") for r in readings for seg in r.split("/")):
+    if any(seg in (".", "..") for r in found for seg in r.split("/")):
         return "a '.' or '..' segment"
-    if any(_ENCODED_SEPARATOR.search(r) for r in readings):
+    if any(_ENCODED_SEPARATOR.search(r) for r in found):
         return "an encoded separator (%2F or %5C)"
     return None
 

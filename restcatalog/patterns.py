@@ -1,23 +1,41 @@
-"""A client's ``tables`` patterns (``fnmatch``'s ``*``, ``?``, ``[...]``) asked about all the names
-that start with a prefix: may one of them match, and do all of them? A namespace ``ns`` is the
-prefix ``ns.`` of its tables' names, so this answers which namespaces a client sees and which it
-may change (:class:`restcatalog.auth.Client`), from the patterns alone.
+"""A client's ``tables`` patterns (:class:`restcatalog.auth.Client`), read one way: a pattern is a
+namespace part and a table part, and no wildcard reaches across a namespace level.
 
-``fnmatch`` compiles a pattern to a regular expression, and Python's ``re`` cannot say whether a
-prefix may still be completed to a match: hence a small automaton over the pattern's tokens.
+* ``*`` alone (or any run of stars) is every table of every namespace.
+* Any other pattern is split at its last ``.`` outside a ``[...]`` class: the part before it
+  matches the namespace, the part after it the table name. The namespace part is split at its
+  ``.`` into one pattern per level, and a namespace matches only when it has exactly that many
+  levels, each matching its own (``fnmatch``'s ``*``, ``?``, ``[...]``; a level holds no dots,
+  so nothing in it can match one). So ``cdc.orders*`` is the tables ``orders...`` of the
+  namespace ``cdc``, and not the table ``x`` of the namespace ``cdc.orders``; ``sales.*`` is the
+  tables of ``sales``, not those of ``sales.eu`` (that is ``sales.*.*``).
+* The table part is matched against the whole table name, which may hold dots (a table name is
+  one level): ``*`` there matches them. Name a table with a dot in it with ``[.]``
+  (``cdc.a[.]b``: the table ``a.b`` of ``cdc``).
+* Letter case is ignored.
+
+A pattern that is not ``*`` and has no namespace part, or has an empty level or table part
+(``orders``, ``.t``, ``cdc.``, ``a..t``), is refused when the tokens file is read: it could only
+ever match nothing, or be read two ways.
+
+The three questions the server asks of the patterns — may the client read this table, may a
+table it reads lie in (or below) this namespace, does it read every table of this namespace —
+are all answered from this one reading, on the names alone.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
+from dataclasses import dataclass
 
 STAR = "*"
 
 
-def _tokens(pattern: str) -> list[str]:
-    """``*``, or a one-character pattern for ``fnmatchcase``: ``?``, a bracket class, or a
-    literal (bracketed when special). Brackets close as ``fnmatch.translate`` closes them."""
-    out: list[str] = []
+def _split(pattern: str) -> list[str]:
+    """``pattern`` cut at each ``.`` outside a bracket class. Brackets close as
+    ``fnmatch.translate`` closes them; an unclosed ``[`` is a literal character."""
+    parts, current = [], []
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
@@ -29,55 +47,72 @@ def _tokens(pattern: str) -> list[str]:
                 j += 1
             end = pattern.find("]", j)
             if end >= 0:
-                out.append(pattern[i : end + 1])
+                current.append(pattern[i : end + 1])
                 i = end + 1
                 continue
-            out.append("[[]")  # unclosed: fnmatch reads it as a literal '['
-        elif c == STAR:
-            if not out or out[-1] != STAR:
-                out.append(STAR)
+        if c == ".":
+            parts.append("".join(current))
+            current = []
         else:
-            out.append(c)  # "?" stays a wildcard; fnmatchcase reads any other character as itself
+            current.append(c)
         i += 1
-    return out
+    parts.append("".join(current))
+    return parts
 
 
-def _close(tokens: list[str], states: set[int]) -> set[int]:
-    # A star may match nothing: standing on it is standing after it too.
-    out = set(states)
-    for i in sorted(states):
-        while i < len(tokens) and tokens[i] == STAR:
-            i += 1
-            out.add(i)
-    return out
+@dataclass(frozen=True)
+class Pattern:
+    levels: tuple[str, ...] | None
+    """One pattern per namespace level; None: every namespace (the lone ``*``)."""
+    table: str
+
+    @property
+    def every_table(self) -> bool:
+        """Whether the table part matches every table name."""
+        return set(self.table) == {STAR}
+
+    def matches(self, namespace: tuple[str, ...], table: str) -> bool:
+        return self._namespace_is(namespace) and fnmatch.fnmatchcase(table.lower(), self.table)
+
+    def may_cover_in_or_below(self, namespace: tuple[str, ...]) -> bool:
+        """Whether some table this pattern matches lies in ``namespace`` or in one below it."""
+        if self.levels is None:
+            return True
+        return len(namespace) <= len(self.levels) and all(
+            fnmatch.fnmatchcase(level.lower(), p) for level, p in zip(namespace, self.levels, strict=False)
+        )
+
+    def covers_all_in(self, namespace: tuple[str, ...]) -> bool:
+        """Whether this pattern matches every table of ``namespace`` (not of those below it)."""
+        return self.levels is None or (self._namespace_is(namespace) and self.every_table)
+
+    def _namespace_is(self, namespace: tuple[str, ...]) -> bool:
+        if self.levels is None:
+            return True
+        return len(namespace) == len(self.levels) and all(
+            fnmatch.fnmatchcase(level.lower(), p) for level, p in zip(namespace, self.levels, strict=True)
+        )
 
 
-def _after(tokens: list[str], prefix: str) -> set[int]:
-    """The token positions a match may stand at once ``prefix`` is consumed."""
-    states = _close(tokens, {0})
-    for ch in prefix:
-        step: set[int] = set()
-        for i in states:
-            if i == len(tokens):
-                continue
-            if tokens[i] == STAR:
-                step.add(i)
-            elif fnmatch.fnmatchcase(ch, tokens[i]):
-                step.add(i + 1)
-        states = _close(tokens, step)
-        if not states:
-            break
-    return states
+def problem(text: str) -> str | None:
+    """Why ``text`` is not a pattern of this rule; None when it is one."""
+    if text and set(text) == {STAR}:
+        return None
+    parts = _split(text)
+    if len(parts) < 2:
+        return "it has no namespace part (write 'namespace.table', or '*' for every table)"
+    if any(not p for p in parts):
+        return "it has an empty namespace level or table part"
+    return None
 
 
-def some_after(pattern: str, prefix: str) -> bool:
-    """Whether some ``prefix + rest``, ``rest`` not empty, matches ``pattern`` (case-insensitive)."""
-    tokens = _tokens(pattern.lower())
-    return any(i < len(tokens) for i in _after(tokens, prefix.lower()))
-
-
-def all_after(pattern: str, prefix: str) -> bool:
-    """Whether every ``prefix + rest``, ``rest`` not empty, matches ``pattern`` (case-insensitive):
-    what is left of the pattern after the prefix is stars only."""
-    tokens = _tokens(pattern.lower())
-    return any(i < len(tokens) and all(t == STAR for t in tokens[i:]) for i in _after(tokens, prefix.lower()))
+@functools.lru_cache(maxsize=1024)
+def parse(text: str) -> Pattern | None:
+    """The pattern ``text`` reads as; None when :func:`problem` refuses it (it then matches nothing)."""
+    if problem(text) is not None:
+        return None
+    lowered = text.lower()
+    if set(lowered) == {STAR}:
+        return Pattern(None, STAR)
+    *levels, table = _split(lowered)
+    return Pattern(tuple(levels), table)

@@ -12,7 +12,8 @@ what the catalog holds.
 * A namespace is seen (listed, loaded, its tables listed) when the patterns may cover a table in
   it or below it, whether or not one is there; one that is not seen answers as a missing one.
   Creating, dropping or changing the properties of a namespace needs patterns that cover every
-  table in it (``ns.*``), else 403: those act on tables the client may not see.
+  table of it (``ns.*``; a namespace below it is its own: :mod:`restcatalog.patterns`), else 403:
+  those act on tables the client may not see.
 
 The patterns limit writes as well as reads: the tokens file has no separate list of tables to
 write, and ``access = "write"`` lets a client write the tables it may read.

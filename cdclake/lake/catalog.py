@@ -4,6 +4,7 @@ without starting a JVM. pyiceberg is imported lazily."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from cdclake.lake.statements import AsOf
+
+log = logging.getLogger("cdclake.lake.catalog")
 
 
 def io_properties(settings: Settings) -> dict[str, str]:
@@ -58,13 +61,30 @@ def _catalog(name: str, url: str, warehouse: str, io: tuple[tuple[str, str], ...
     return SqlCatalog(name, uri=url, warehouse=warehouse, schema_version="v1", **dict(io))
 
 
+class UnreadableTable(Exception):
+    """A table the catalog lists whose metadata file cannot be read: lost (a purge of a table
+    sharing its files, a hand-made deletion) or not Iceberg metadata. Nothing can apply to it or
+    maintain it until an operator restores the file or drops the table; every other table goes on."""
+
+    def __init__(self, table: str, reason: str) -> None:
+        super().__init__(
+            f"TABLE UNREADABLE {table}: its metadata cannot be read ({reason}); it is skipped until its "
+            "metadata file is restored or the table is dropped"
+        )
+        self.table = table
+        self.reason = reason
+
+
 def load_table(settings: Settings, table: str) -> Table | None:
+    """The namespace's ``table``; None if there is none. Raises :class:`UnreadableTable`."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
         return open_catalog(settings).load_table((settings.namespace, table))
     except (NoSuchTableError, NoSuchNamespaceError):
         return None
+    except (OSError, ValueError) as exc:  # the file is gone or unreadable, not the row
+        raise UnreadableTable(table, f"{type(exc).__name__}: {exc}") from exc
 
 
 def watermark_snapshot(t: Table) -> Snapshot | None:
@@ -111,31 +131,48 @@ def table_state(settings: Settings, table: str) -> tuple[watermark.Watermark | N
 
 
 def pending_objects(
-    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+    settings: Settings,
+    only: list[str] | None = None,
+    store: staging.Store | None = None,
+    unreadable: dict[str, str] | None = None,
 ) -> Iterator[staging.ObjectKey]:
-    """Staging objects their table has not consumed yet, table by table."""
+    """Staging objects their table has not consumed yet, table by table. A table whose metadata
+    cannot be read has no known watermark: it is left out (logged, and put in ``unreadable``
+    with the reason), so one lost table never stops the others' applies."""
     store = store or stores.open_store(settings)
     wanted = {t.lower() for t in only} if only else None
     for table in store.tables():
         if wanted is not None and table not in wanted:
             continue
-        wm = table_watermark(settings, table) or watermark.Watermark()
+        try:
+            wm = table_watermark(settings, table) or watermark.Watermark()
+        except UnreadableTable as exc:
+            log.warning("%s", exc)
+            if unreadable is not None:
+                unreadable[table] = exc.reason
+            continue
         yield from (k for k in store.list(table, after=wm.low) if not wm.consumed(k.name))
 
 
-def pending_by_table(settings: Settings, store: staging.Store | None = None) -> dict[str, list[staging.ObjectKey]]:
+def pending_by_table(
+    settings: Settings, store: staging.Store | None = None, unreadable: dict[str, str] | None = None
+) -> dict[str, list[staging.ObjectKey]]:
     """Staging objects not consumed yet, by table (oldest first: listings are in name order)."""
     out: dict[str, list[staging.ObjectKey]] = {}
-    for key in pending_objects(settings, store=store):
+    for key in pending_objects(settings, store=store, unreadable=unreadable):
         out.setdefault(key.table, []).append(key)
     return out
 
 
 def pending_tables(
-    settings: Settings, only: list[str] | None = None, store: staging.Store | None = None
+    settings: Settings,
+    only: list[str] | None = None,
+    store: staging.Store | None = None,
+    unreadable: dict[str, str] | None = None,
 ) -> dict[str, int]:
-    """Tables with staging objects not yet consumed, and how many."""
-    return dict(Counter(k.table for k in pending_objects(settings, only, store)))
+    """Tables with staging objects not yet consumed, and how many (``unreadable``: see
+    :func:`pending_objects`)."""
+    return dict(Counter(k.table for k in pending_objects(settings, only, store, unreadable)))
 
 
 def snapshot_at(settings: Settings, table: str, as_of: AsOf) -> int | None:

@@ -34,15 +34,19 @@ def clean_staging(
     now_ms: int | None = None,
 ) -> dict[str, Any]:
     """``now_ms`` (default: the clock) dates the receipt retention; a DAG passes its interval end."""
-    from cdclake.lake.catalog import table_watermark
+    from cdclake.lake.catalog import UnreadableTable, table_watermark
 
     store = store or stores.open_store(settings)
     deleted: list[str] = []
     late: list[str] = []
     kept_unapplied = 0
     for table in store.tables():
-        wm = table_watermark(settings, table)
-        if wm is None:  # the table does not exist yet: nothing of it was applied
+        try:
+            wm = table_watermark(settings, table)
+        except UnreadableTable as exc:  # what it consumed is not known: keep all of it
+            log.error("%s", exc)
+            wm = None
+        if wm is None:  # the table does not exist yet (or cannot be read): nothing of it is known applied
             kept_unapplied += sum(1 for _ in store.list(table))
             continue
         for key in store.list(table):

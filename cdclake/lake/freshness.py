@@ -37,6 +37,9 @@ class Freshness:
     last_apply_ms: int | None = None
     valid_through_ms: int | None = None
     """Newest applied event time; None when not asked for (or the table is empty)."""
+    unreadable: str | None = None
+    """Why the table's metadata cannot be read; then nothing else is known of it (no watermark:
+    its pending objects are not counted) and ``cdc_freshness`` fails naming it."""
 
     @property
     def by_commit_s(self) -> float:
@@ -53,6 +56,9 @@ class Freshness:
     def missed(self) -> bool:
         return self.by_commit_s > self.objective_s
 
+    def describe_unreadable(self) -> str:
+        return f"{self.table}: its metadata cannot be read ({self.unreadable}); cdc_apply skips it"
+
     def describe(self) -> str:
         return (
             f"{self.table}: acked data has waited {self.by_commit_s:.0f} s to become visible "
@@ -66,23 +72,28 @@ def table_freshness(
 ) -> list[Freshness]:
     """Every CDC table with a staging folder or an Iceberg table, by name; ``event_time`` also
     reads valid-through from the manifests (every data file's metadata: not free)."""
-    from cdclake.lake.catalog import load_table, pending_by_table, summary_of, watermark_snapshot
+    from cdclake.lake.catalog import UnreadableTable, load_table, pending_by_table, summary_of, watermark_snapshot
     from cdclake.lake.health import cdc_tables, table_health
 
     store = store or stores.open_store(settings)
     config = load_table_config(settings)
-    pending = pending_by_table(settings, store)
+    pending = pending_by_table(settings, store)  # leaves an unreadable table out: its row below says why
     # After the listing: an object that landed during it is not older than now.
     now_ms = StoreClock(store).lower_ms()
     out = []
     for table in sorted(set(store.tables()) | set(cdc_tables(settings))):
-        t = load_table(settings, table)
+        objective = config.freshness_objective_s(table, settings)
+        try:
+            t = load_table(settings, table)
+            health = table_health(settings, table) if event_time and t is not None else None
+        except UnreadableTable as exc:
+            out.append(Freshness(table, objective, 0, None, now_ms, unreadable=exc.reason))
+            continue
         snap = watermark_snapshot(t) if t is not None else None
-        health = table_health(settings, table) if event_time and t is not None else None
         out.append(
             Freshness(
                 table=table,
-                objective_s=config.freshness_objective_s(table, settings),
+                objective_s=objective,
                 pending_objects=len(pending.get(table, [])),
                 oldest_pending_ms=min((k.landed_ms for k in pending.get(table, [])), default=None),
                 now_ms=now_ms,

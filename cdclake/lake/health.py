@@ -4,12 +4,15 @@ files, snapshots, and freshness (``valid-through``: the newest applied event tim
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from cdclake.config.settings import Settings
+
+log = logging.getLogger("cdclake.lake.health")
 
 SMALL_FRACTION = 0.75
 """A data file under this fraction of the target size is small (the seed compacts them)."""
@@ -90,14 +93,21 @@ def compaction_candidates(
     settings: Settings, min_files: int = 5, target_file_size: int = 128 * 1024 * 1024, only: list[str] | None = None
 ) -> dict[str, dict[str, Any]]:
     """Tables (side tables included) whose partitions hold ``min_files`` small files, or that
-    carry delete files, with their health."""
+    carry delete files, with their health. A table whose metadata cannot be read is left out
+    (logged): nothing can compact it, and the others are not held up."""
+    from cdclake.lake.catalog import UnreadableTable
+
     names = all_tables(settings)
     wanted = {t.lower() for t in only} if only else None
     out = {}
     for name in names:
         if wanted is not None and name not in wanted:
             continue
-        h = table_health(settings, name, target_file_size)
+        try:
+            h = table_health(settings, name, target_file_size)
+        except UnreadableTable as exc:
+            log.error("%s", exc)
+            continue
         if h is not None and h.needs_compaction(min_files):
             out[name] = h.as_dict()
     return out

@@ -133,7 +133,9 @@ def check_groups(jobs: list[dict[str, Any]], tables: dict[str, int], ordered: bo
 
 def test_cdc_apply_plan_maps_at_most_n_tasks_for_2000_tables(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
     pending = {f"t{i:04d}": 1 + (i * 7919) % 500 for i in range(2000)}
-    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
+    monkeypatch.setattr(
+        "cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None, unreadable=None: dict(pending)
+    )
     plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
     jobs = plan(params={"tables": [], "max_objects": 1000})
     check_groups(jobs, pending)
@@ -145,6 +147,7 @@ def test_iceberg_expire_and_compaction_plans_map_at_most_n_tasks(dagbag, monkeyp
 
     names = [f"t{i:04d}{suffix}" for i in range(700) for suffix in ("", "__changes", "__tombstones")]
     monkeypatch.setattr("cdclake.lake.health.all_tables", lambda settings: list(names))
+    monkeypatch.setattr("cdclake.lake.placement.namespace_survey", lambda settings: ({}, {}))
     plan = dagbag.dags["iceberg_expire"].get_task("plan").python_callable
     monkeypatch.setitem(plan.__globals__, "_interval_end", lambda: datetime(2026, 3, 1, tzinfo=UTC))
     jobs = plan(params={})
@@ -251,7 +254,9 @@ def test_a_drain_stops_at_its_budget_and_a_failed_run_leaves_the_loop() -> None:
 
 
 def test_cdc_apply_plan_drains_each_task_unless_told_not_to(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: {"t": 3})
+    monkeypatch.setattr(
+        "cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None, unreadable=None: {"t": 3}
+    )
     plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
     [job] = plan(params={"tables": [], "max_objects": 10})
     argv = list(job.get("argv") or job.get("application_args") or [])
@@ -276,7 +281,9 @@ def test_cdc_apply_maps_as_many_apply_tasks_as_the_local_master_has_cores(dagbag
     """Three tables on local[2] go to one task, most backlogged first; on local[4] to two (the
     busiest alone); CDCLAKE_APPLY_TASKS overrides."""
     pending = {"a": 9, "b": 5, "c": 4}
-    monkeypatch.setattr("cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None: dict(pending))
+    monkeypatch.setattr(
+        "cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None, unreadable=None: dict(pending)
+    )
     monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[2]")
     plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
     assert [[table_of(a) for a in runs_of(job)] for job in plan(params={})] == [["a", "b", "c"]]

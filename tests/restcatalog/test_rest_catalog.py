@@ -201,7 +201,10 @@ def test_tables_lifecycle(client: TestClient, settings: Settings) -> None:
     assert client.post("/v1/tables/rename", json=ren, headers=W).status_code == 204
     assert client.get("/v1/namespaces/other/tables/u", headers=R).status_code == 200
     assert client.post("/v1/tables/rename", json=ren, headers=W).status_code == 404
-    make_table(client, "cdc", "t")
+    # A rename keeps the location: other.u still lives in .../cdc/t, so a new cdc.t goes elsewhere.
+    r = client.post("/v1/namespaces/cdc/tables", json={"name": "t", "schema": SCHEMA}, headers=W)
+    assert r.status_code == 400 and "overlaps another table" in err(r)["message"]
+    make_table(client, "cdc", "t", location=settings.warehouse + "/cdc/t-2")
     back = {"source": ren["destination"], "destination": ren["source"]}
     r = client.post("/v1/tables/rename", json=back, headers=W)
     assert r.status_code == 409 and err(r)["type"] == "AlreadyExistsException"

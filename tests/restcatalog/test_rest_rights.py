@@ -4,11 +4,12 @@ missing, for a restricted client and for one without ``tables``. A table outside
 answers byte for byte what the same request answers once it is gone, and what an unrestricted
 client hears of a missing table; list-tables and list-namespaces leave out what the client may
 not see; pyiceberg's RestCatalog with the restricted credential reads the table it may and gets
-NoSuchTableError for the other."""
+NoSuchTableError for the other. Two write clients with different patterns cannot reach each
+other's tables through register, purge, rename or a create's location (issue 28): the other's
+files stay on disk and its rows read back."""
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,10 +22,23 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from restcatalog import auth, patterns
+from restcatalog import auth
 from restcatalog.app import create_app
 from tests.support import make_settings
-from tests.support.rest import SCHEMA, TOKENS, W, err, make_table, rest_catalog, serve
+from tests.support.rest import (
+    ROWS,
+    SCHEMA,
+    TOKENS,
+    W,
+    err,
+    files_under,
+    make_table,
+    rest_catalog,
+    rows_of,
+    seed_table,
+    serve,
+    sql_catalog,
+)
 
 SCOPED_TOKENS = """
 [[client]]
@@ -33,8 +47,15 @@ access = "write"
 secret = "ssecret"
 token = "static-scoped"
 tables = ["cdc.allowed*", "sales.*", "a.b.t"]
+
+[[client]]
+id = "other"
+access = "write"
+token = "static-other"
+tables = ["cdc.secret*"]
 """
 S = {"Authorization": "Bearer static-scoped"}
+O = {"Authorization": "Bearer static-other"}  # noqa: E741
 
 
 def rights_settings(home: Path) -> Settings:
@@ -78,7 +99,10 @@ def _transaction(c: TestClient, h: dict[str, str], t: str, first: dict[str, Any]
 
 
 def _register(c: TestClient, h: dict[str, str], t: str) -> Any:
-    loc = location(c, "allowed")
+    # Metadata of no live table (a live table's is refused: tests/restcatalog/test_rest_overlaps.py).
+    src = f"dropped_{next(_fresh)}"
+    loc = make_table(c, "cdc", src)["metadata-location"]
+    assert c.delete(T + src, headers=W).status_code == 204
     return c.post("/v1/namespaces/cdc/register", json={"name": t, "metadata-location": loc}, headers=h)
 
 
@@ -179,6 +203,132 @@ def test_list_tables_shows_only_the_tables_of_the_patterns(client: TestClient) -
     assert names(W, pageSize=2) == (["allowed", "allowed_tx"], "2")
 
 
+# -- two clients' write rights over each other's tables (issue 28)
+
+
+@dataclass(frozen=True)
+class Party:
+    headers: dict[str, str]
+    prefix: str
+    """Its tables are ``cdc.<prefix>*``."""
+
+
+SCOPED, OTHER = Party(S, "allowed"), Party(O, "secret")
+PAIRS = [(SCOPED, OTHER), (OTHER, SCOPED)]
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    send: Callable[[TestClient, Settings, Party, Any], httpx.Response]
+    status: int
+    field: str | None = None
+    """What a 400 names first: the refusal is the place rule's, not another check's."""
+
+
+def _victim_of(p: Party) -> tuple[str, str]:
+    return "cdc", f"{p.prefix}_emp"
+
+
+def _reg(c: TestClient, name: str, loc: str, h: dict[str, str]) -> Any:
+    return c.post("/v1/namespaces/cdc/register", json={"name": name, "metadata-location": loc}, headers=h)
+
+
+def _free_metadata(c: TestClient, a: Party) -> str:
+    src = f"{a.prefix}_dropped_{next(_fresh)}"
+    loc = str(make_table(c, "cdc", src)["metadata-location"])
+    assert c.delete(T + src, headers=W).status_code == 204
+    return loc
+
+
+def _create(c: TestClient, a: Party, name: str, **extra: Any) -> Any:
+    return c.post(T[:-1], json={"name": name, "schema": SCHEMA, **extra}, headers=a.headers)
+
+
+def _purge(c: TestClient, name: str, h: dict[str, str]) -> Any:
+    return c.delete(T + name, params={"purgeRequested": "true"}, headers=h)
+
+
+def _purge_alias(c: TestClient, st: Settings, a: Party, v: Any) -> Any:
+    # An alias made beside the server (the REST routes refuse one): its purge keeps the shared files.
+    sql_catalog(st).register_table(("cdc", f"{a.prefix}_alias"), v.metadata_location)
+    return _purge(c, f"{a.prefix}_alias", a.headers)
+
+
+ATTACKS = [
+    Attack(
+        "register over its metadata",
+        lambda c, st, a, v: _reg(c, f"{a.prefix}_reg", v.metadata_location, a.headers),
+        400,
+        "metadata-location",
+    ),
+    Attack("register its name", lambda c, st, a, v: _reg(c, v.name()[-1], _free_metadata(c, a), a.headers), 403),
+    Attack("purge it", lambda c, st, a, v: _purge(c, v.name()[-1], a.headers), 404),
+    Attack("purge an alias", _purge_alias, 204),
+    Attack("rename it", lambda c, st, a, v: _rename(c, a.headers, v.name()[-1], f"{a.prefix}_got"), 404),
+    Attack("rename onto it", lambda c, st, a, v: _rename(c, a.headers, f"{a.prefix}_emp", v.name()[-1]), 403),
+    Attack(
+        "create at its location",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=v.location()),
+        400,
+        "location",
+    ),
+    Attack(
+        "create inside it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=v.location() + "/data/x"),
+        400,
+        "location",
+    ),
+    Attack(
+        "create around it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", location=st.warehouse + "/files"),
+        400,
+        "location",
+    ),
+    Attack(
+        "create writing into it",
+        lambda c, st, a, v: _create(c, a, f"{a.prefix}_sq", properties={"write.data.path": v.location() + "/data"}),
+        400,
+        "write.data.path",
+    ),
+]
+
+
+@pytest.fixture()
+def two(tmp_path: Path) -> Iterator[tuple[TestClient, Settings, dict[str, Any]]]:
+    """``cdc.allowed_emp`` and ``cdc.secret_emp``, with rows, in folders not named after them."""
+    settings = rights_settings(tmp_path)
+    tables = {
+        p.prefix: seed_table(settings, _victim_of(p), location=f"{settings.warehouse}/files/{p.prefix[0]}1")
+        for p in (SCOPED, OTHER)
+    }
+    with TestClient(create_app(settings)) as c:
+        yield c, settings, tables
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+@pytest.mark.parametrize(("actor", "target"), PAIRS, ids=["scoped on other", "other on scoped"])
+def test_a_write_client_cannot_reach_another_s_table_through_its_places(
+    two: tuple[TestClient, Settings, dict[str, Any]], attack: Attack, actor: Party, target: Party
+) -> None:
+    c, settings, tables = two
+    victim = tables[target.prefix]
+    files = files_under(victim.location())
+    assert files and rows_of(settings, _victim_of(target)) == ROWS
+    r = attack.send(c, settings, actor, victim)
+    assert r.status_code == attack.status, r.text
+    if r.status_code >= 400:
+        message = err(r)["message"]
+        if attack.field is not None:
+            assert message.startswith(attack.field + " ") and "another live table's" in message, message
+            assert victim.name()[-1] not in message, "the refusal named a table the client may not read"
+    # Independent of what the server answered: the victim's files and rows are all there.
+    assert files_under(victim.location()) == files
+    assert rows_of(settings, _victim_of(target)) == ROWS
+    # ... and its own table stays the actor's to use.
+    assert c.head(T + f"{actor.prefix}_emp", headers=actor.headers).status_code == 204
+
+
 # -- namespaces
 
 
@@ -207,7 +357,9 @@ def test_namespaces_seen_are_those_the_patterns_may_cover(spaces: TestClient) ->
     assert _listing(c, W) == [["a"], ["cdc"], ["hidden"], ["sales"]]
     assert _listing(c, S, parent="a") == [["a", "b"]]
     assert _listing(c, W, parent="a") == [["a", "b"], ["a", "c"]]
-    assert _listing(c, S, parent="sales") == [["sales", "eu"]]
+    # A wildcard stops at its namespace level: sales.* is the tables of sales, not of sales.eu.
+    assert _listing(c, S, parent="sales") == []
+    assert _listing(c, W, parent="sales") == [["sales", "eu"]]
     assert c.head("/v1/namespaces/cdc", headers=S).status_code == 204
     assert c.get("/v1/namespaces/a%1Fb", headers=S).status_code == 200
     # A namespace the client does not see answers as a missing one, and is there for the writer.
@@ -236,9 +388,13 @@ def test_namespace_changes_need_patterns_that_cover_the_whole_namespace(spaces: 
     def props(ns: str) -> Any:
         return c.post(f"/v1/namespaces/{ns}/properties", json={"updates": {"k": "v"}}, headers=S)
 
-    assert create(["sales", "us"]).status_code == 200  # sales.* covers it
-    assert props("sales").status_code == 200
-    assert c.delete("/v1/namespaces/sales%1Fus", headers=S).status_code == 204
+    assert props("sales").status_code == 200  # sales.* covers every table of sales
+    # ... but not those of a namespace below it: the wildcard stops at its level.
+    r = create(["sales", "us"])
+    assert r.status_code == 403 and err(r)["type"] == "ForbiddenException", r.text
+    assert c.delete("/v1/namespaces/sales%1Feu", headers=W).status_code == 204
+    assert c.delete("/v1/namespaces/sales", headers=S).status_code == 204
+    assert create(["sales"]).status_code == 200
     # Seen but not wholly covered: 403, whether it exists or not.
     for r in (create(["cdc"]), create(["cdc", "x"]), props("cdc"), c.delete("/v1/namespaces/cdc", headers=S)):
         assert r.status_code == 403 and err(r)["type"] == "ForbiddenException", r.text
@@ -265,19 +421,79 @@ def test_a_client_without_tables_sees_and_changes_everything(tmp_path: Path) -> 
         assert c.may_see_namespace(("any", "where")) and c.may_change_namespace(("x",))
 
 
-def _brute(pattern: str, prefix: str, every: bool) -> bool:
-    rests = ["".join(p) for n in range(1, 5) for p in itertools.product("ab.[", repeat=n)]
-    hits = (fnmatch.fnmatchcase(prefix + r, pattern.lower()) for r in rests)
-    return all(hits) if every else any(hits)
+READS = [  # pattern, namespace, table: may the client read it
+    ("*", ("a", "b"), "t", True),
+    ("**", ("a",), "t", True),
+    ("cdc.orders*", ("cdc",), "orders_eu", True),
+    ("cdc.orders*", ("cdc",), "orders.x", True),  # a table name with a dot is one level still
+    ("cdc.orders*", ("cdc", "orders"), "x", False),  # issue 28: * does not cross a namespace level
+    ("cdc.orders*", ("cdc", "orders_eu"), "x", False),
+    ("cdc.*", ("cdc", "x"), "t", False),
+    ("cdc.*", ("cdc",), "t", True),
+    ("*.t", ("a",), "t", True),
+    ("*.t", ("a", "b"), "t", False),
+    ("*.*.*", ("a", "b"), "t", True),
+    ("a.b.t", ("a", "b"), "t", True),
+    ("a.b.t", ("a",), "b.t", False),  # the same dotted text, another table
+    ("cdc.a[.]b", ("cdc",), "a.b", True),  # a dot in a table name, named in brackets
+    ("cdc.a[.]b", ("cdc", "a"), "b", False),
+    ("CDC.Orders", ("cdc",), "ORDERS", True),
+    ("c?c.t", ("cdc",), "t", True),
+    ("[!a].t", ("b",), "t", True),
+    ("[!a].t", ("a",), "t", False),
+]
 
 
-@pytest.mark.parametrize(
-    "pattern", ["*", "a.*", "a.b", "A.B", "a*", "?.b", "[ab].*", "[!a].b", "a.[", "*.b", "a.b*", "a[.]b", "**", "a.?"]
-)
-def test_prefix_questions_agree_with_fnmatch(pattern: str) -> None:
-    for prefix in ("a.", "b.", "a.b.", "", "ab."):
-        assert patterns.some_after(pattern, prefix) == _brute(pattern, prefix, every=False), (pattern, prefix)
-        assert patterns.all_after(pattern, prefix) == _brute(pattern, prefix, every=True), (pattern, prefix)
+@pytest.mark.parametrize(("pattern", "ns", "table", "expected"), READS)
+def test_a_pattern_reads_a_namespace_part_and_a_table_part(
+    pattern: str, ns: tuple[str, ...], table: str, expected: bool
+) -> None:
+    assert auth.Client("c", auth.Access.READ, (pattern,)).may_read(".".join(ns), table) is expected
+
+
+def test_patterns_that_could_only_match_nothing_are_refused_at_load(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    for bad in ("orders", ".t", "cdc.", "a..t", "a[.]b"):
+        f.write_text(f'[[client]]\nid = "x"\ntoken = "t"\ntables = ["{bad}"]\n')
+        with pytest.raises(auth.TokensFileError, match=r"namespace\.table"):
+            auth.Tokens.load(f, 60)
+
+
+LEVELS = ("a", "b", "ab")
+NAMESPACES = [ns for n in (1, 2, 3) for ns in itertools.product(LEVELS, repeat=n)]
+TABLES = ("a", "b", "t", "ab", "bb", "a.b")
+
+
+QUESTIONED = ["*", "a.*", "a.b", "A.B", "a*.*", "?.b", "[ab].*", "[!a].b", "*.b", "a.b*", "**", "a.?", "a.b.t", "*.*.*"]
+
+
+@pytest.mark.parametrize("pattern", QUESTIONED)
+def test_the_namespace_questions_agree_with_may_read(pattern: str) -> None:
+    """Over every name of a small universe: a namespace is seen exactly when a table the client
+    reads lies in it or below it, and changed only when the client reads every table of it."""
+    c = auth.Client("c", auth.Access.WRITE, (pattern,))
+    reads = {(ns, t) for ns in NAMESPACES for t in TABLES if c.may_read(".".join(ns), t)}
+    for ns in NAMESPACES:
+        below = any(seen[: len(ns)] == ns for seen, _ in reads)
+        assert c.may_see_namespace(ns) == below, (pattern, ns)
+        assert c.may_change_namespace(ns) == all((ns, t) in reads for t in TABLES), (pattern, ns)
+
+
+def test_a_hidden_namespace_below_a_pattern_s_prefix_stays_hidden(client: TestClient) -> None:
+    """Issue 28: ``cdc.allowed*`` once matched the table ``x`` of the namespace ``cdc.allowed``."""
+    c = client
+    assert c.post("/v1/namespaces", json={"namespace": ["cdc", "allowed"]}, headers=W).status_code == 200
+    make_table(c, "cdc%1Fallowed", "x")
+    nested = "/v1/namespaces/cdc%1Fallowed/tables/x"
+    assert c.get(nested, headers=W).status_code == 200
+    assert c.get(nested, headers=S).status_code == 404
+    assert c.post(nested, json=PROPS, headers=S).status_code == 404
+    assert c.delete(nested, params={"purgeRequested": "true"}, headers=S).status_code == 404
+    assert c.get("/v1/namespaces/cdc%1Fallowed/tables", headers=S).status_code == 404
+    assert c.get("/v1/namespaces", params={"parent": "cdc"}, headers=S).json()["namespaces"] == []
+    body = {"name": "y", "schema": SCHEMA}
+    assert c.post("/v1/namespaces/cdc%1Fallowed/tables", json=body, headers=S).status_code == 403
+    assert c.get(nested, headers=W).status_code == 200
 
 
 # -- pyiceberg's RestCatalog, real server

@@ -101,3 +101,43 @@ def set_props(c: TestClient, path: str, meta: dict[str, Any], props: dict[str, s
         "updates": [{"action": "set-properties", "updates": props}],
     }
     return c.post(path, json=body, headers=W)
+
+
+# -- a table written beside the REST catalog (pyiceberg on the same SQL catalog), and what it holds
+
+ROWS = [{"id": 1, "name": "ada"}, {"id": 2, "name": "bob"}]
+
+
+def sql_catalog(settings: Settings) -> Any:
+    """A fresh pyiceberg SqlCatalog on the REST catalog's database: a writer beside the server."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        settings.catalog_name, uri=settings.catalog_db_url, warehouse=settings.warehouse, schema_version="v1"
+    )
+
+
+def seed_table(settings: Settings, ident: tuple[str, ...], location: str | None = None) -> Any:
+    """``ident`` made with pyiceberg's SqlCatalog (as the pipeline's writers do, not through the
+    REST catalog), holding :data:`ROWS`."""
+    import pyarrow as pa
+
+    cat = sql_catalog(settings)
+    if not cat.namespace_exists(ident[:-1]):
+        cat.create_namespace(ident[:-1])
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+    table = cat.create_table(ident, schema=schema, **({"location": location} if location else {}))
+    table.append(pa.Table.from_pylist(ROWS, schema=schema))
+    return table
+
+
+def files_under(uri: str) -> dict[str, int]:
+    """Every file below a ``file://`` folder, with its size."""
+    root = Path(uri.removeprefix("file://"))
+    return {str(p): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def rows_of(settings: Settings, ident: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The table's rows as a fresh pyiceberg SqlCatalog reads them."""
+    cat = sql_catalog(settings)
+    return sorted(cat.load_table(ident).scan().to_arrow().to_pylist(), key=lambda r: r["id"])
