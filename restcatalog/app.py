@@ -203,5 +203,6 @@ def create_app(settings: Settings, query_sessions: Sessions | None = None) -> St
 
     app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers={HTTPException: not_found})
     app.state.metrics = metrics  # the counters, for whoever runs the server (tests read them)
+    app.state.tokens = tokens  # what signs its tokens: a process serving the app may issue them too
     app.add_middleware(RawPath)
     return app

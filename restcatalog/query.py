@@ -68,6 +68,9 @@ def connect_sessions(settings: Settings, tokens: auth.Tokens) -> Sessions | None
     rights (:mod:`cdclake.lake.querysession`); None without a server."""
     if not settings.spark_connect_url:
         return None
+    from cdclake.lake.spark import quiet_pyspark
+
+    quiet_pyspark()  # a statement's error is its answer, not a stack trace in the server's log
 
     def session(client: auth.Client) -> AbstractContextManager[SparkSession]:
         from cdclake.lake.querysession import query_session

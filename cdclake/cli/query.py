@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import logging
 import os
 import socket
 import sys
@@ -26,6 +25,7 @@ from cdclake.config.settings import Settings
 from cdclake.lake import queries
 from cdclake.lake.queries import error_line
 from cdclake.lake.readonly import NotAQuery
+from cdclake.lake.spark import quiet_pyspark
 from cdclake.lake.statements import AsOf, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
@@ -56,14 +56,6 @@ JOIN applies a
  AND (a.previous_apply_at IS NULL OR c._cdc_committed_at > a.previous_apply_at)
 WHERE c._cdc_row_id = '{key}' AND a.committed_at > TIMESTAMP '{at}'
 ORDER BY a.committed_at, c._cdc_order, c._cdc_seq"""
-
-
-def _quiet_pyspark() -> None:
-    # pyspark logs every SQL error with its JVM stack trace as JSON on stderr; the CLI prints one line.
-    from pyspark.logger import PySparkLogger
-
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def connect_answers(url: str, timeout: float = 0.5) -> bool:
@@ -210,7 +202,7 @@ def query_session(
     say = say or (lambda msg: print(f"[cdclake] {msg}", file=sys.stderr))
     if catalog == "rest":
         check_rest(settings)
-    _quiet_pyspark()
+    quiet_pyspark()
     kind = "given"
     restore: tuple[str, str] | None = None
     if spark is not None:

@@ -40,7 +40,12 @@ def deadline(spark: SparkSession, timeout_s: float, cancel: threading.Event | No
 
     def interrupt(why: QueryError) -> None:
         fired.append(why)
-        spark.interruptTag(tag)
+        # Again until the block ends: an interrupt stops the operations running when it is made,
+        # and the block may start another one (the next step of a statement) after it.
+        while True:
+            spark.interruptTag(tag)
+            if done.wait(0.1):
+                return
 
     def watch() -> None:
         # One wait for both: the deadline, and the caller's cancel (checked every 0.1 s).

@@ -355,6 +355,17 @@ def connect_session(
     return spark
 
 
+def quiet_pyspark() -> None:
+    """pyspark logs every SQL error with its JVM stack trace as JSON on stderr; the CLI and the
+    query API answer with Spark's one line instead."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def connect_client(spark: Any) -> Any | None:
     """The Spark Connect client of a Connect session; None for an in-process (classic) one, whose
     ``client`` property raises rather than answer."""

@@ -474,12 +474,12 @@ def test_a_query_is_interrupted_when_cancelled_or_past_its_timeout_and_not_other
     t0 = time.monotonic()
     with pytest.raises(limits.Cancelled, match="client went away"), limits.deadline(spark, 60, cancel):  # type: ignore[arg-type]
         spark.fetch()
-    assert time.monotonic() - t0 < 5 and len(spark.interrupted) == 1 and spark.tags == []
+    assert time.monotonic() - t0 < 5 and len(spark.interrupted) >= 1 and spark.tags == []
 
     spark = _Interruptible()
     with pytest.raises(limits.TimedOut, match=r"timeout of 0\.2 s"), limits.deadline(spark, 0.2):  # type: ignore[arg-type]
         spark.fetch()
-    assert len(spark.interrupted) == 1
+    assert len(spark.interrupted) >= 1
 
     spark = _Interruptible()
     table = pa.table({"x": [1]})
