@@ -81,6 +81,11 @@ class Settings:
     """Most rows ``POST /v1/query`` returns (a request's ``maxRows`` may ask for fewer)."""
     query_timeout_s: int = 120
     """Longest a ``POST /v1/query`` statement runs before it is cancelled (``timeoutS`` may ask less)."""
+    max_subscriptions: int = 32
+    """``/v1/subscribe`` streams open at once on a REST catalog server process, all clients together
+    (each reads the change history every 0.5 s); past it 429 with Retry-After."""
+    max_subscriptions_per_client: int = 8
+    """The same, per client of the REST tokens file (``anyone`` without one)."""
     max_debezium_body_bytes: int = 32 * 1024 * 1024
     """Body limit of ``POST /v1/debezium``: Debezium's HTTP sink sends ``batch.max-size`` events
     per request whatever their size and gives up on a 413, so it gets more room than
@@ -323,6 +328,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         rest_max_body_bytes=_int(e, "CDCLAKE_REST_MAX_BODY_BYTES", 8 * 1024 * 1024, 64 * 1024),
         query_max_rows=_int(e, "CDCLAKE_QUERY_MAX_ROWS", 100_000, 1),
         query_timeout_s=_int(e, "CDCLAKE_QUERY_TIMEOUT_S", 120, 1),
+        max_subscriptions=_int(e, "CDCLAKE_MAX_SUBSCRIPTIONS", 32, 1),
+        max_subscriptions_per_client=_int(e, "CDCLAKE_MAX_SUBSCRIPTIONS_PER_CLIENT", 8, 1),
         max_debezium_body_bytes=_int(e, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES", 32 * 1024 * 1024, 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),
