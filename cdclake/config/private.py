@@ -65,10 +65,18 @@ def private_folders(settings: Settings) -> list[Path]:
     return [p.resolve() for p in out]
 
 
+def shared(folder: Path) -> bool:
+    """A folder that is not the deployment's to close even if a setting names it: the file
+    system's root, the user's home, or one others share (the sticky bit: /tmp)."""
+    if folder in (Path(folder.anchor), Path.home().resolve()):
+        return True
+    return folder.is_dir() and bool(folder.stat().st_mode & stat.S_ISVTX)
+
+
 def make_private(settings: Settings, airflow_db_url: str | None = None) -> None:
     """Create the deployment's folders 0700 and tighten what they hold; the SQLite databases
     (catalog, Airflow) too, wherever they are (their folder is left alone outside ours)."""
-    folders = private_folders(settings)
+    folders = [f for f in private_folders(settings) if not shared(f)]
     with owner_only():
         for folder in folders:
             folder.mkdir(parents=True, exist_ok=True)

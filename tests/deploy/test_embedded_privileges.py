@@ -181,3 +181,18 @@ def test_init_makes_the_state_folder_private_whatever_the_umask(tmp_path: Path) 
         assert main(["init"], settings=make_settings(home, tokens_file=home / "receiver" / "tokens.toml")) == 0
     assert (home / "catalog.db").is_file() and (home / "receiver" / "tokens.toml").is_file()
     assert not_private(home) == {}
+
+
+def test_a_shared_folder_a_setting_names_is_left_alone(tmp_path: Path) -> None:
+    """A staging folder set to a shared one (sticky, as /tmp) or the user's home is not closed."""
+    from cdclake.config.private import make_private
+
+    sticky = tmp_path / "shared"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "others.txt").write_text("not ours")
+    (sticky / "others.txt").chmod(0o644)
+    make_private(make_settings(tmp_path / "state", staging_dir=sticky))
+    assert stat.S_IMODE(sticky.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((sticky / "others.txt").stat().st_mode) == 0o644
+    assert not_private(tmp_path / "state") == {}
