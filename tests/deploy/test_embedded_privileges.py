@@ -39,7 +39,7 @@ def umask(value: int) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``cdclake up`` (its command function, in a thread: its wait for Ctrl-C is the test's turn;
-    ``main`` would install a signal handler, which only the main thread may), Spark by spark-submit."""
+    ``main`` would install a signal handler, which only the main thread may), with its Spark Connect server."""
     import cdclake.dev.demo
     from cdclake.cli.main import up
     from cdclake.dev.stack import free_port
@@ -49,7 +49,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         receiver_port=free_port(),
         airflow_port=free_port(),
         rest_port=free_port(),
-        spark_connect_url="",
+        spark_connect_url=f"sc://127.0.0.1:{free_port()}",  # as `cdclake up` runs it: its own Connect server
         notify_debounce_ms=100,
     )
     ready: list[Any] = []
