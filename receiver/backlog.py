@@ -1,5 +1,5 @@
-"""How much landed data waits to be applied, per table and per producer, and which tables exist:
-the receiver's backpressure signal and its fan-out bookkeeping.
+"""How much landed data waits to be applied, per table and per producer, and which tables exist
+(:mod:`receiver.slots`): the receiver's backpressure signal and its fan-out bookkeeping.
 
 Refreshed in the background from the staging listing and the tables' watermarks (the same
 :func:`cdclake.lake.catalog.pending_objects` the apply DAG plans with; object names carry their
@@ -10,7 +10,6 @@ before the next refresh.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from cdclake import staging
 from cdclake.config.settings import Settings
 from receiver.rejected import Rejected
+from receiver.slots import TableSlots
 
 log = logging.getLogger("cdclake.receiver")
 HEALTH_EVERY_S = 60.0
@@ -29,10 +29,8 @@ class Backlog:
         self.store = store
         self.per_table: dict[str, int] = {}
         self.per_source: dict[str, int] = {}
-        self.known: set[str] | None = None
-        """Tables with a staging folder or an Iceberg table; None until first listed."""
-        self._landed_during_scan: set[str] = set()
-        self._listing = threading.Lock()
+        self.slots = TableSlots(settings, store)
+        """The tables that count against CDCLAKE_MAX_TABLES (receiver.slots)."""
         self.error: str | None = None
         self.health: dict[str, dict[str, Any]] = {}
         self._health_at = 0.0
@@ -49,13 +47,7 @@ class Backlog:
         for t in tables:
             self.per_table[t] = self.per_table.get(t, 0) + 1
         self.per_source[source] = self.per_source.get(source, 0) + len(tables)
-        self.note_tables(tables)
-
-    def note_tables(self, tables: list[str]) -> None:
-        """Count ``tables`` as existing from now on (a landing is creating them)."""
-        if self.known is not None:
-            self.known.update(tables)
-        self._landed_during_scan.update(tables)
+        self.slots.landed(tables)
 
     def suggested_delay_ms(self) -> int:
         """0 below the soft limit, then rising linearly to 5 s at the hard limit."""
@@ -86,50 +78,25 @@ class Backlog:
         """Lists staging and reads watermarks (pyiceberg)."""
         from cdclake.lake.catalog import pending_objects
 
-        self._landed_during_scan = set()
+        self.slots.begin_listing()
+        staged: set[str] | None = None
         try:
             tables, sources = Counter[str](), Counter[str]()
             for key in pending_objects(self.settings, store=self.store):
                 tables[key.table] += 1
                 sources[key.source] += 1
             self.per_table, self.per_source = dict(tables), dict(sources)
+            # A table not in the catalog has all its objects pending: these are the tables with
+            # staging objects, as far as the catalog's do not count anyway.
+            staged = set(tables)
             self.error = None
         except Exception as exc:  # a missing catalog or an unreachable store must not stop intake
             self.error = f"{type(exc).__name__}: {exc}"
             log.warning("backlog refresh failed: %s", self.error)
-        self.load_known()
+        self.slots.load(staged)
         if time.monotonic() - self._health_at >= HEALTH_EVERY_S:
             self._health_at = time.monotonic()
             self.refresh_health()
-
-    def ensure_known(self) -> None:
-        """Before the first refresh: the staging folders, listed now (once). The catalog's tables
-        join with the refresh, seconds later: importing pyiceberg would hold up the first batch."""
-        if self.known is not None:
-            return
-        with self._listing:
-            if self.known is None:
-                try:
-                    self.known = set(self.store.tables()) | self._landed_during_scan
-                except Exception as exc:  # the store is down (batches go to the spool): unknown
-                    log.warning("listing staging tables failed: %s: %s", type(exc).__name__, exc)
-
-    def load_known(self) -> None:
-        """Which tables exist: staging folders (one listing) and the catalog's CDC tables."""
-        from cdclake.lake.health import cdc_tables
-
-        landed = self._landed_during_scan
-        try:
-            found = set(self.store.tables())
-        except Exception as exc:
-            log.warning("listing staging tables failed: %s: %s", type(exc).__name__, exc)
-            return
-        try:
-            found.update(cdc_tables(self.settings))
-        except Exception as exc:  # tables whose staging was cleaned up look new until it answers
-            log.warning("listing catalog tables failed: %s: %s", type(exc).__name__, exc)
-            found.update(self.known or ())
-        self.known = found | landed
 
     def refresh_health(self) -> None:
         """Table health and freshness (manifests only, no data read), for /metrics."""

@@ -3,8 +3,12 @@ CDCLAKE_MAX_NEW_TABLES_PER_SOURCE (per hour) and CDCLAKE_MAX_TABLES (lake-wide).
 
 Every table a batch names is one staging object and, in the apply, one more job and three side
 tables: a producer naming thousands of new tables filled the backlog and the apply plan for
-everyone (issue 13, finding 3). A table is new when it has neither a staging folder nor an
-Iceberg table (:attr:`receiver.backlog.Backlog.known`, refreshed with the backlog).
+everyone (issue 13, finding 3). A table is new when it does not count yet (:mod:`receiver.slots`:
+an Iceberg table, staging objects, or a landing in flight); a batch's new tables are held while it
+lands and given back if it does not (issue 28).
+
+The lake-wide cap is capacity, not the batch's fault: ``503 buffer_full``, retried, like the
+backlog's limit (the batch is valid; it lands once a slot frees or an operator raises the cap).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ class NewTables:
 
     def claim(self, source: str, tables: dict[str, int]) -> tuple[list[str], Rejected | None]:
         """The batch's new tables, charged to ``source``; or why it may not create them."""
-        known = self.backlog.known
+        known = self.backlog.slots.known
         if known is None:  # never listed (the store is down): a budget is no reason to refuse
             return [], None
         new = [t for t in tables if t not in known]
@@ -58,8 +62,11 @@ class NewTables:
         cap = self.settings.max_tables
         if cap and len(known) + len(new) > cap:
             past = new[max(0, cap - len(known))]
-            why = f"the lake has {len(known)} tables; {past!r} would pass the limit {cap} (CDCLAKE_MAX_TABLES)"
-            return [], Rejected(403, "invalid_format", why, f"$.events[{tables[past]}].table")
+            why = (
+                f"the lake has {len(known)} tables (Iceberg tables, tables staged and not yet applied, "
+                f"and landings in flight); {past!r} would pass the limit {cap} (CDCLAKE_MAX_TABLES)"
+            )
+            return [], Rejected(503, "buffer_full", why, f"$.events[{tables[past]}].table", {"retryDelayMs": 30_000})
         per_hour = self.settings.max_new_tables_per_source
         if per_hour and len(new) > per_hour:
             past = new[per_hour]
@@ -77,13 +84,19 @@ class NewTables:
                 )
                 delay = {"retryDelayMs": int(d.retry_after_s * 1000) + 1}
                 return [], Rejected(429, "rate_limited", why, f"$.events[{tables[new[0]]}].table", delay)
-        self.backlog.note_tables(new)
+        self.backlog.slots.hold(new)
         return new, None
 
-    def give_back(self, source: str, new: list[str]) -> None:
-        """The landing failed: the tables were not created."""
+    def landed(self, new: list[str]) -> None:
+        """The landing that claimed ``new`` succeeded: the tables exist."""
+        self.backlog.slots.release(new, landed=True)
+
+    def give_back(self, source: str, new: list[str], existed: bool = False) -> None:
+        """The landing did not create the tables (failed, refused; ``existed``: a duplicate's
+        batch, whose tables landed before): the hourly budget and the slots come back."""
         if new and self.settings.max_new_tables_per_source:
             self.limiter.give_back(source, len(new))
+        self.backlog.slots.release(new, landed=existed)
 
     def forget(self, source: str) -> None:
         self.limiter.forget(source)

@@ -32,7 +32,7 @@ def document(settings: Settings) -> dict[str, Any]:
     refusals = {
         "400": _nack("invalid_format: the field at fault is named in `field`"),
         "401": _nack("missing or unknown bearer token"),
-        "403": _nack("the token may not write this source or table, or a new table past CDCLAKE_MAX_TABLES"),
+        "403": _nack("the token may not write this source or table"),
         "409": _nack("invalid_sequence: a gap or reuse; `expectedSequence` says what is next"),
         "413": _nack(f"payload_too_large (body over {limit} bytes) or event_too_large"),
         "415": _nack("unsupported Content-Type or Content-Encoding"),
@@ -40,7 +40,10 @@ def document(settings: Settings) -> dict[str, Any]:
             "rate_limited (batches, new tables, or new source ids without tokens) or connection_limit; "
             "see Retry-After and X-RateLimit-* headers"
         ),
-        "503": _nack("buffer_full (all, or this producer's share), shutting_down or internal_error; see retryDelayMs"),
+        "503": _nack(
+            "buffer_full (all, or this producer's share, or a new table past CDCLAKE_MAX_TABLES), "
+            "shutting_down or internal_error; see retryDelayMs"
+        ),
     }
     ack = {
         "description": "durable: persisted, duplicate, or fallback (in the local spool)",

@@ -184,7 +184,7 @@ class Service(Admission):
         decoded = build()
         if decoded.batch is None:
             return decoded, {}
-        self.backlog.ensure_known()
+        self.backlog.slots.ensure()
         try:
             return decoded, batch_tables(decoded.batch, self.settings.max_tables_per_batch)
         except Rejected as exc:
@@ -203,14 +203,18 @@ class Service(Admission):
         except Exception as exc:
             self.new_tables.give_back(a.source, a.new_tables)
             return not_landed(exc, a.source, a.seq, a.cid, a.headers)
+        except BaseException:  # cancelled (the connection went): the slots must not stay held
+            self.new_tables.give_back(a.source, a.new_tables)
+            raise
         finally:
             self.in_flight_events -= a.events
             self.request_ended(a.source)
         elapsed = time.perf_counter() - started
         self.metrics.observe("cdclake_receiver_landing_seconds", elapsed, transport=transport)
         if landed.status == "duplicate":
-            self.new_tables.give_back(a.source, a.new_tables)
+            self.new_tables.give_back(a.source, a.new_tables, existed=True)
         else:
+            self.new_tables.landed(a.new_tables)
             self.metrics.inc("cdclake_receiver_events_total", a.events)
             self.backlog.add(staged, a.source)
             self.on_landed(staged)

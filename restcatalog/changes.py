@@ -7,7 +7,8 @@ GET /v1/subscribe?tables=a,b&operations=...&since=<cursor>
     a Server-Sent Events stream: first a ``start`` event whose data is ``{"cursor": ...}``, the
     position it starts from, then the same changes as they are committed (``change`` events),
     each event's ``id`` the cursor after it (a client reconnecting sends it back as ``since`` or
-    ``Last-Event-ID``); a comment line every 15 s keeps idle connections open.
+    ``Last-Event-ID``); a comment line every 15 s keeps idle connections open. Open streams are
+    capped per client and in all (:mod:`restcatalog.subscribers`: 429 with Retry-After).
 
 Without ``since``, from each table's first change; ``since=now``, from after each table's last
 visible change. A change is ``{table, operation, key, before, after, order, source, sequence,
@@ -23,13 +24,14 @@ from typing import Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from cdclake.lake import changes
 from restcatalog import auth, names
-from restcatalog.errors import IcebergError, bad_request, forbidden
+from restcatalog.errors import IcebergError, bad_request, forbidden, response
 from restcatalog.query import jsonable
 from restcatalog.service import Service, run
+from restcatalog.subscribers import RETRY_AFTER_S, HeldStream, Subscribers, TooManySubscriptions
 
 POLL_S = 0.5  # a commit reaches subscribers within this (plus a read of the history)
 KEEPALIVE_S = 15.0
@@ -42,9 +44,11 @@ class Subscription:
 
     def __init__(self, request: Request, svc: Service, client: auth.Client) -> None:
         q = request.query_params
-        tables = [t.strip().lower() for t in q.get("tables", "").split(",") if t.strip()]
+        # Names fold to lower case, as the catalog's do; a name given twice is one table (each
+        # distinct one costs a read of its history per page).
+        tables = list(dict.fromkeys(t.strip().lower() for t in q.get("tables", "").split(",") if t.strip()))
         if not tables or len(tables) > MAX_TABLES:
-            raise bad_request(f"tables: give 1 to {MAX_TABLES} table names, comma-separated")
+            raise bad_request(f"tables: give 1 to {MAX_TABLES} distinct table names, comma-separated")
         for t in tables:
             try:
                 names.table(t)  # the rule the catalog's table routes apply
@@ -107,8 +111,22 @@ async def get_changes(request: Request, svc: Service) -> Response:
     return JSONResponse({"changes": got, "cursor": changes.encode(sub.cursor)})
 
 
+def _subscribers(request: Request, svc: Service) -> Subscribers:
+    """The app's count of open streams (one per app, made by its first subscription)."""
+    state = request.app.state
+    if getattr(state, "subscribers", None) is None:
+        state.subscribers = Subscribers(svc.settings)
+    subs: Subscribers = state.subscribers
+    return subs
+
+
 async def subscribe(request: Request, svc: Service) -> Response:
-    sub = Subscription(request, svc, svc.authorize(request, auth.Access.READ))
+    client = svc.authorize(request, auth.Access.READ)
+    sub = Subscription(request, svc, client)
+    try:
+        release = _subscribers(request, svc).take(client.id)
+    except TooManySubscriptions as exc:
+        return response(exc, {"Retry-After": str(RETRY_AFTER_S)})
 
     async def events() -> AsyncIterator[str]:
         # The cursor the stream starts from, concrete even for since=now: a client that loses
@@ -130,4 +148,4 @@ async def subscribe(request: Request, svc: Service) -> Response:
             await anyio.sleep(POLL_S)
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+    return HeldStream(release, events(), media_type="text/event-stream", headers=headers)

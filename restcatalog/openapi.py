@@ -228,7 +228,7 @@ def document() -> dict[str, Any]:
                 "get": {
                     "parameters": [*subscription, last_event_id],
                     "responses": {
-                        **_answers("200", "400", "403"),
+                        **_answers("200", "400", "403", "429"),
                         "200": {"description": "Server-Sent Events", "content": {"text/event-stream": {}}},
                     },
                 }

@@ -90,16 +90,19 @@ def rest() -> int:
 
 
 def demo(args: argparse.Namespace, settings: Settings) -> int:
+    from cdclake.config.private import owner_only
     from cdclake.dev.demo import demo as run
 
-    return run(settings, args.keep_running)
+    with owner_only():  # the stack's state is the owner's alone (so are the supervisor's files)
+        return run(settings, args.keep_running)
 
 
 def up(settings: Settings) -> int:
+    from cdclake.config.private import owner_only
     from cdclake.dev.demo import login_hint, wait_forever
     from cdclake.dev.stack import LocalStack
 
-    with LocalStack(settings) as stack:
+    with owner_only(), LocalStack(settings) as stack:  # the stack's state is the owner's alone
         stack.say(
             f"receiver: {settings.receiver_url}/v1/batches (batches), {settings.receiver_url}/v1/debezium "
             "(Debezium Server's HTTP sink: `cdclake debezium`)"

@@ -92,6 +92,11 @@ class Settings:
     query_catalog_url: str = ""
     """The REST catalog's URL as the Spark Connect server reaches it: query sessions read the lake
     through it with the client's rights; empty: this server's own loopback address."""
+    max_subscriptions: int = 32
+    """``/v1/subscribe`` streams open at once on a REST catalog server process, all clients together
+    (each reads the change history every 0.5 s); past it 429 with Retry-After."""
+    max_subscriptions_per_client: int = 8
+    """The same, per client of the REST tokens file (``anyone`` without one)."""
     max_debezium_body_bytes: int = 32 * 1024 * 1024
     """Body limit of ``POST /v1/debezium``: Debezium's HTTP sink sends ``batch.max-size`` events
     per request whatever their size and gives up on a 413, so it gets more room than
@@ -349,6 +354,8 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         query_max_concurrent=_int(e, "CDCLAKE_QUERY_MAX_CONCURRENT", 4, 1),
         query_max_concurrent_per_client=_int(e, "CDCLAKE_QUERY_MAX_CONCURRENT_PER_CLIENT", 2, 1),
         query_catalog_url=s("QUERY_CATALOG_URL", ""),
+        max_subscriptions=_int(e, "CDCLAKE_MAX_SUBSCRIPTIONS", 32, 1),
+        max_subscriptions_per_client=_int(e, "CDCLAKE_MAX_SUBSCRIPTIONS_PER_CLIENT", 8, 1),
         max_debezium_body_bytes=_int(e, "CDCLAKE_MAX_DEBEZIUM_BODY_BYTES", 32 * 1024 * 1024, 1024),
         max_event_bytes=_int(e, "CDCLAKE_MAX_EVENT_BYTES", 1024 * 1024, 64),
         max_name_chars=_int(e, "CDCLAKE_MAX_NAME_CHARS", 128, 1),

@@ -9,7 +9,8 @@ spark-submit JVMs), so Ctrl-C leaves nothing behind.
 
 Secrets are made once per state folder, owner-only (cdclake.config.secretfile), and reach the processes
 through their environment, never their arguments: the Airflow logins (``admin``, and the
-receiver's own with the OP role) in ``airflow/passwords.json``, the JWT secret Airflow's
+receiver's own with the OP role, narrowed by cdclake.orchestration.airflow_auth) in
+``airflow/passwords.json``, the JWT secret Airflow's
 components share, the Spark Connect server's token in ``spark/connect.token``.
 """
 
@@ -31,9 +32,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from cdclake.config import private
 from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
-from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, RECEIVER_USER, write_airflow_passwords
+from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
 from cdclake.orchestration.airflow_api import AirflowClient
 from cdclake.service import exposure
@@ -110,7 +112,7 @@ class LocalStack:
 
     @property
     def receiver_login(self) -> tuple[str, str]:
-        """The receiver's Airflow login: role OP, enough to post Asset events and trigger runs."""
+        """The receiver's Airflow login: role OP, narrowed to Asset events and cdc_apply's runs."""
         return RECEIVER_USER, self._passwords()[RECEIVER_USER]
 
     def _jwt_secret(self) -> str:
@@ -143,6 +145,7 @@ class LocalStack:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(self.dags_paused),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{s.airflow_url}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": AIRFLOW_USERS,
+            "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGER,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": s.airflow_db_url,
             "AIRFLOW__API__HOST": s.airflow_host,
@@ -151,6 +154,9 @@ class LocalStack:
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            **private.AIRFLOW_LOG_MODES,
+            # Spark and Iceberg write the warehouse through Hadoop, which sets modes itself.
+            "HADOOP_CONF_DIR": os.environ.get("HADOOP_CONF_DIR") or str(private.hadoop_conf_dir(s)),
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
@@ -179,18 +185,21 @@ class LocalStack:
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         self._specs[name] = (cmd, env)
-        self.logs.mkdir(parents=True, exist_ok=True)
-        out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        with private.owner_only():
+            self.logs.mkdir(parents=True, exist_ok=True)
+        # 0600 whatever this process's umask (a respawn runs outside start()).
+        fd = os.open(self.logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.procs[name] = subprocess.Popen(
             cmd,
             env={**self.env(), **(env or {})},
             cwd=PROJECT_ROOT,
-            stdout=out,
+            stdout=fd,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            umask=private.UMASK,  # what each component creates is its owner's alone
         )
-        out.close()
+        os.close(fd)
 
     def respawn(self, name: str) -> None:
         """Start component ``name`` again, as it was first started (:mod:`cdclake.dev.supervise`)."""
@@ -215,10 +224,14 @@ class LocalStack:
                 raise RuntimeError(problem)
 
     def start(self) -> LocalStack:
+        with private.owner_only():  # what start() itself creates (the catalog's database, ...)
+            return self._start()
+
+    def _start(self) -> LocalStack:
         s = self.settings
         self._check_ports()
-        for d in (s.home, s.staging_dir, self.airflow_home):
-            d.mkdir(parents=True, exist_ok=True)
+        private.make_private(s, self.env()["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+        self.airflow_home.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.say(f"state folder: {s.home}")
         self.logs.mkdir(parents=True, exist_ok=True)

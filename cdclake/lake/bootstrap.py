@@ -9,7 +9,8 @@
   the token itself goes to ``<producer>.token`` beside it (0600), for the operator to hand out.
 
 Running it again changes nothing; docker-compose runs it in its init service before anything else.
-Files holding secrets are created 0600 (cdclake.config.secretfile).
+Files holding secrets are created 0600 (cdclake.config.secretfile); the state folder and what it
+holds are the owner's alone, folders 0700 and files 0600 (cdclake.config.private).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cdclake.config.private import make_private, owner_only
 from cdclake.config.secretfile import create_private, private_temp, write_private
 from cdclake.config.settings import PROJECT_ROOT, Settings, SettingsError
 
@@ -30,12 +32,16 @@ PRODUCER_ID = "default"
 """The producer ``cdclake init`` makes a token for (its batches' ``source``, Debezium's too)."""
 
 # Airflow logins (simple auth manager). The receiver posts Asset events, which needs the OP role
-# (USER may trigger runs but not post Asset events; ADMIN adds nothing it needs).
+# (USER may trigger runs but not post Asset events; ADMIN adds nothing it needs). OP would also let
+# it trigger or delete any DAG's runs and read connections and variables: AUTH_MANAGER narrows
+# that login to Asset events and cdc_apply's runs (cdclake/orchestration/airflow_auth.py).
 ADMIN_USER = "admin"
 RECEIVER_USER = "cdclake-receiver"
 RECEIVER_ROLE = "op"
 AIRFLOW_USERS = f"{ADMIN_USER}:admin,{RECEIVER_USER}:{RECEIVER_ROLE}"
 """``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``."""
+AUTH_MANAGER = "cdclake.orchestration.airflow_auth.CdclakeAuthManager"
+"""``AIRFLOW__CORE__AUTH_MANAGER`` (a name, not an import: Airflow loads it in its own processes)."""
 
 
 def ensure_buckets(settings: Settings, say: Callable[[str], None]) -> None:
@@ -137,8 +143,11 @@ def write_rest_client(path: Path, client_id: str, secret: str) -> None:
 
 
 def init(settings: Settings, airflow: bool = False, say: Callable[[str], None] = print) -> None:
-    ensure_buckets(settings, say)
-    ensure_catalog(settings, say)
-    ensure_producer_tokens(settings, say)
-    if airflow:
-        migrate_airflow(settings, say)
+    # The state folder and the databases made here are the owner's alone (cdclake.config.private).
+    with owner_only():
+        make_private(settings, os.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"))
+        ensure_buckets(settings, say)
+        ensure_catalog(settings, say)
+        ensure_producer_tokens(settings, say)
+        if airflow:
+            migrate_airflow(settings, say)  # its process inherits the umask

@@ -25,6 +25,7 @@ from cdclake.contracts import history as h
 from cdclake.contracts.events import CHANGES_SUFFIX
 from cdclake.contracts.watermark import Watermark
 from cdclake.lake.catalog import load_table, table_watermark
+from cdclake.lake.commit_order import earliest, latest
 
 OPERATIONS = ("INSERT", "UPDATE", "DELETE")
 Position = tuple[int, tuple[int, ...], str, int]
@@ -58,16 +59,32 @@ def encode(cursor: Mapping[str, Position]) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+MAX_COMMIT_US = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999Z, the last commit time :func:`when` can give (an Iceberg timestamp
+holds more, but no commit is made past it)."""
+_LONG = (-(2**63), 2**63 - 1)  # ordering values and sequences are Iceberg longs
+
+
+def _long(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and _LONG[0] <= value <= _LONG[1]
+
+
 def decode(text: str) -> dict[str, Position]:
-    """A cursor :func:`encode` made; BadCursor for anything else."""
+    """A cursor :func:`encode` made; BadCursor for anything else, numbers out of range included
+    (a commit time 0..:data:`MAX_COMMIT_US` microseconds, an ordering value and a sequence each a
+    long): they would reach the history's filter and overflow it."""
     try:
         data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
         out: dict[str, Position] = {}
         for table, (at, order, source, seq) in data.items():
-            if not (isinstance(at, int) and isinstance(source, str) and isinstance(seq, int)):
+            if not (isinstance(at, int) and isinstance(source, str) and isinstance(order, list)):
                 raise TypeError
-            out[str(table)] = (at, tuple(int(o) for o in order), source, seq)
+            if not (_long(at) and 0 <= at <= MAX_COMMIT_US and _long(seq) and all(_long(o) for o in order)):
+                raise BadCursor(f"a position of table {str(table)[:80]!r} is out of range: {text[:80]!r}")
+            out[str(table)] = (at, tuple(order), source, seq)
         return out
+    except BadCursor:
+        raise
     except (ValueError, TypeError, AttributeError) as exc:
         raise BadCursor(f"not a cursor this server gave: {text[:80]!r}") from exc
 
@@ -89,12 +106,14 @@ def read_changes(
     where = ex.EqualTo(h.OUTCOME, "applied")
     if after is not None:
         where = ex.And(where, ex.GreaterThanOrEqual(h.COMMITTED_AT, after[0]))
-    rows = log.scan(row_filter=where).to_arrow()
-    changes = [c for c in _changes(table, rows.to_pylist(), wm) if c.operation in operations]
-    changes.sort(key=lambda c: c.position)
-    if after is not None:
-        changes = [c for c in changes if c.position > after]
-    return changes[:limit]
+
+    def keep(rows: list[dict[str, Any]]) -> list[Change]:
+        return [
+            c for c in _changes(table, rows, wm) if c.operation in operations and (after is None or c.position > after)
+        ]
+
+    # Bounded by limit: only the history's files the page needs are read (commit_order).
+    return earliest(log, log.scan(row_filter=where), limit, keep)
 
 
 def last_position(settings: Settings, table: str) -> Position | None:
@@ -113,9 +132,8 @@ def last_position(settings: Settings, table: str) -> Position | None:
     fields = tuple(
         f for f in (h.KEY, h.OPERATION, h.COMMITTED_AT, h.ORDER, h.SOURCE, h.SEQ, h.HISTORY_OBJECT) if f in have
     )
-    rows = log.scan(row_filter=ex.EqualTo(h.OUTCOME, "applied"), selected_fields=fields).to_arrow()
-    seen = _changes(table, rows.to_pylist(), wm)
-    return max((c.position for c in seen), default=None)
+    scan = log.scan(row_filter=ex.EqualTo(h.OUTCOME, "applied"), selected_fields=fields)
+    return latest(log, scan, lambda rows: _changes(table, rows, wm))
 
 
 def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Change]:

@@ -4,9 +4,11 @@
 Airflow does not authenticate a plugin's FastAPI app (it is mounted, and a mount inherits none of
 the core API's dependencies), so every route here depends on Airflow's own ``get_user`` (the
 ``Authorization: Bearer`` JWT or the UI's ``_token`` cookie; anonymous: 401), and an action also on
-``requires_access_dag("POST", RUN, <its DAG>)`` (403 for a user who may not trigger it). An action
-then creates the run through Airflow's REST API *with the caller's own token*, so the run is the
-user's, checked again by Airflow, exactly as if triggered from the DAG page.
+``requires_access_dag("POST", RUN, <its DAG>)`` (403 for a user who may not trigger it), on proof
+that the request is not another site's (:mod:`cdclake.orchestration.same_origin`; 403), and on
+the table existing (404 naming it; no run is made). An action then creates the run through
+Airflow's REST API *with the caller's own token*, so the run is the user's, checked again by
+Airflow, exactly as if triggered from the DAG page.
 
 Routes are plain ``def``: FastAPI runs them in its thread pool, so pyiceberg's blocking reads never
 hold the api-server's event loop. Nothing here touches the catalog before a request: an
@@ -15,6 +17,7 @@ unreachable catalog makes the page say so, not the api-server fail to start.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
 from cdclake.config.settings import Settings
+from cdclake.orchestration import same_origin
 
 if TYPE_CHECKING:
     from cdclake.lake.status import TableStatus
@@ -139,6 +143,14 @@ def _read_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
         return {"tables": [{k: s.as_dict()[k] for k in keep} for s in statuses if s.exists], "recent_runs": runs}
 
 
+def not_cross_site(request: Request) -> None:
+    """403 unless the action provably comes from this origin (see :mod:`same_origin`)."""
+    cookie_only = not request.headers.get("authorization", "").lower().startswith("bearer ")
+    why = same_origin.refusal(request.headers, cookie_only)
+    if why is not None:
+        raise HTTPException(403, why)
+
+
 def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
@@ -150,14 +162,15 @@ def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
         with Airflow(settings_of().airflow_url, user_token(request)) as af:
             return af.trigger(dag_id, conf)
 
-    @app.post("/v1/compaction/run", dependencies=[may_trigger(COMPACTION_DAG)])
+    @app.post("/v1/compaction/run", dependencies=[may_trigger(COMPACTION_DAG), Depends(not_cross_site)])
     def compact(body: CompactionRun, request: Request) -> dict[str, str]:
-        conf: dict[str, Any] = {"tables": [body.table], "min_input_files": body.min_input_files}
+        table = lake_table(settings_of(), body.table, staged_too=False)
+        conf: dict[str, Any] = {"tables": [table], "min_input_files": body.min_input_files}
         if body.where:
             conf["where"] = body.where
         return trigger(request, COMPACTION_DAG, conf)
 
-    @app.post("/v1/compaction/auto", dependencies=[may_trigger(COMPACTION_DAG)])
+    @app.post("/v1/compaction/auto", dependencies=[may_trigger(COMPACTION_DAG), Depends(not_cross_site)])
     def auto(request: Request, body: AutoCompaction | None = None) -> dict[str, Any]:
         min_files = (body or AutoCompaction()).min_input_files
         found = [c["table"] for c in _candidates(settings_of(), min_files)]
@@ -168,13 +181,46 @@ def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
             "run": trigger(request, COMPACTION_DAG, {"tables": found, "min_input_files": min_files}),
         }
 
-    @app.post("/v1/apply", dependencies=[may_trigger(APPLY_DAG)])
+    @app.post("/v1/apply", dependencies=[may_trigger(APPLY_DAG), Depends(not_cross_site)])
     def apply(body: TableAction, request: Request) -> dict[str, str]:
-        return trigger(request, APPLY_DAG, {"tables": [body.table]})
+        return trigger(request, APPLY_DAG, {"tables": [lake_table(settings_of(), body.table, staged_too=True)]})
 
-    @app.post("/v1/expire", dependencies=[may_trigger(EXPIRE_DAG)])
+    @app.post("/v1/expire", dependencies=[may_trigger(EXPIRE_DAG), Depends(not_cross_site)])
     def expire(body: TableAction, request: Request) -> dict[str, str]:
-        return trigger(request, EXPIRE_DAG, {"tables": [body.table]})
+        return trigger(request, EXPIRE_DAG, {"tables": [lake_table(settings_of(), body.table, staged_too=False)]})
+
+
+def lake_table(settings: Settings, name: str, staged_too: bool) -> str:
+    """``name`` as the lake spells it (lower case), or 404 naming it: a run for a table that does
+    not exist would do nothing, and be one more run in Airflow for whoever triggers it. An Iceberg
+    table of the namespace (side tables too); with ``staged_too`` (Apply), a CDC table, or one
+    that staging objects wait to create."""
+    from cdclake.contracts.events import TABLE_PATTERN
+
+    table = name.lower()
+    where = f"{settings.catalog_name}.{settings.namespace}"
+    # A name the door would refuse cannot exist; checked first, as it reaches a staging path.
+    if re.fullmatch(TABLE_PATTERN, name) and _exists(settings, table, staged_too):
+        return table
+    pending = " and no staging objects wait for it" if staged_too else ""
+    raise HTTPException(404, f"table {name[:128]!r}: no such table in {where}{pending}")
+
+
+def _exists(settings: Settings, table: str, staged_too: bool) -> bool:
+    from cdclake.contracts.events import RESERVED_SUFFIXES
+    from cdclake.lake.health import all_tables
+    from cdclake.staging import stores
+
+    try:
+        if staged_too:  # a side table is applied with its CDC table, never by itself
+            if table.endswith(RESERVED_SUFFIXES):
+                return False
+            if table in all_tables(settings):
+                return True
+            return next(iter(stores.open_store(settings).list(table)), None) is not None
+        return table in all_tables(settings)
+    except Exception as exc:  # any backend failure: 503 with the cause, as the read routes
+        raise HTTPException(503, f"{type(exc).__name__}: {exc}") from exc
 
 
 def _statuses(settings: Settings) -> tuple[list[TableStatus], str | None, int]:

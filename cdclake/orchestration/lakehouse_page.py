@@ -12,6 +12,7 @@ from html import escape
 from cdclake.contracts.events import RESERVED_SUFFIXES
 from cdclake.contracts.watermark import EVENT_COUNTS
 from cdclake.lake.status import TableStatus
+from cdclake.orchestration.same_origin import HEADER as ACTION_HEADER
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1rem; color: #1a202c; }
@@ -26,8 +27,9 @@ SCRIPT = """
 async function act(button, path, body) {
   const out = button.closest('tr').querySelector('[data-role=run]');
   out.textContent = 'triggering...';
+  // The header is the page's proof of origin (cdclake/orchestration/same_origin.py).
   const r = await fetch(path, {method: 'POST', credentials: 'same-origin',
-    headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
+    headers: {'Content-Type': 'application/json', 'ACTION_HEADER': '1'}, body: JSON.stringify(body)});
   const answer = await r.json().catch(() => ({}));
   if (!r.ok) { out.textContent = 'refused: HTTP ' + r.status + ' ' + (answer.detail || ''); return; }
   out.textContent = '';
@@ -55,7 +57,7 @@ function compact(button, table) {
   const body = {table: table, min_input_files: Number(row.querySelector('input[name=min_input_files]').value)};
   act(button, 'v1/compaction/run', where ? {...body, where: where} : body);
 }
-"""
+""".replace("ACTION_HEADER", ACTION_HEADER)
 
 PAGE_MIN_FILES = 2
 """The Compact button's min_input_files: asked for by name, a table's small files are merged
@@ -119,6 +121,8 @@ def _actions(s: TableStatus) -> str:
         if s.table.endswith(RESERVED_SUFFIXES)
         else f"<button onclick=\"act(this, 'v1/apply', {{table: {js_name}}})\">Apply</button> "
     )
+    if not s.exists:  # staged, no Iceberg table yet: nothing to compact or expire (the API says 404)
+        return apply + '<div data-role="run"></div>'
     return (
         apply + f'<input name="where" placeholder="partition filter" aria-label="partition filter for {t}"> '
         f'<input name="min_input_files" type="number" min="1" value="{PAGE_MIN_FILES}" '

@@ -250,10 +250,12 @@ def test_an_action_triggers_its_dag_with_the_callers_own_token(
     authed: tuple[Any, FakeAuthManager], settings: Settings
 ) -> None:
     client, _ = authed
+    cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
     r = client.post(
         "/v1/compaction/run",
         json={"table": "orders", "where": "created_at >= '2026-01-02'"},
         cookies={"_token": "token-of-admin"},
+        headers=PAGE_FETCH,
     )
     assert r.status_code == 200, r.text
     assert r.json()["url"] == "../dags/iceberg_compaction/runs/manual__1"
@@ -312,3 +314,79 @@ def test_compaction_metrics_are_file_counts_and_the_recent_runs(
         client.get("/v1/compaction/candidates?min_input_files=0", headers={"Authorization": "Bearer x"}).status_code
         == 422
     )
+
+
+# The page's fetch, as Chromium sends it from the Lakehouse page (tests/e2e/test_browser.py):
+# same origin, the Origin of the page (TestClient's Host is "testserver"), the page's header.
+PAGE_FETCH = {"Sec-Fetch-Site": "same-origin", "Origin": "http://testserver", "X-Lakehouse-Action": "1"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://testserver:8090", "X-Lakehouse-Action": "1"},
+        {"Sec-Fetch-Site": "cross-site", "X-Lakehouse-Action": "1"},
+        {"Origin": "http://127.0.0.1:8090", "X-Lakehouse-Action": "1"},  # a browser without Fetch Metadata
+        {"Origin": "null", "X-Lakehouse-Action": "1"},  # a sandboxed page
+        {"Content-Type": "text/plain"},  # a plain form post: no custom header
+        {},
+    ],
+    ids=["same-site", "cross-site", "other-origin", "null-origin", "form-post", "no-header"],
+)
+@pytest.mark.parametrize("path", ["/v1/compaction/run", "/v1/compaction/auto", "/v1/apply", "/v1/expire"])
+def test_a_cookie_only_action_not_from_the_page_is_refused_and_makes_no_run(
+    authed: tuple[Any, FakeAuthManager], settings: Settings, path: str, headers: dict[str, str]
+) -> None:
+    """CSRF: the _token cookie is SameSite=Lax, so a browser sends it with a POST from any page of
+    the same site (another port of the host). Without proof of origin, no run is made."""
+    client, _ = authed
+    cdc_table(settings, appends=6, counts={"received": 1, "applied": 1})  # exists, and a candidate
+    body = '{"table": "orders"}'
+    r = client.post(path, content=body, cookies={"_token": "token-of-admin"}, headers=headers)
+    assert r.status_code == 403, (r.status_code, r.text)
+    assert RecordingAirflow.calls == []
+
+
+def test_the_pages_own_fetch_and_a_bearer_client_may_act(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    client, _ = authed
+    cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
+    page = client.post("/v1/expire", json={"table": "orders"}, cookies={"_token": "token-of-admin"}, headers=PAGE_FETCH)
+    curl = client.post("/v1/expire", json={"table": "orders"}, headers={"Authorization": "Bearer token-of-admin"})
+    assert (page.status_code, curl.status_code) == (200, 200), (page.text, curl.text)
+    assert [c[2] for c in RecordingAirflow.calls] == ["iceberg_expire", "iceberg_expire"]
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [("/v1/apply", {}), ("/v1/expire", {}), ("/v1/compaction/run", {"where": "id > 0", "min_input_files": 2})],
+)
+def test_an_action_on_a_table_that_does_not_exist_is_404_naming_it_and_makes_no_run(
+    authed: tuple[Any, FakeAuthManager], settings: Settings, path: str, extra: dict[str, Any]
+) -> None:
+    client, _ = authed
+    admin = {"Authorization": "Bearer token-of-admin"}
+    cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
+    for name in ("no_such_table", "../../etc", "orders x"):
+        r = client.post(path, json={"table": name, **extra}, headers=admin)
+        assert r.status_code == 404, (name, r.status_code, r.text)
+        assert repr(name) in r.json()["detail"], r.text
+    assert RecordingAirflow.calls == []
+
+
+def test_apply_takes_a_table_that_staging_waits_to_create_and_the_others_only_iceberg_tables(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    client, _ = authed
+    admin = {"Authorization": "Bearer token-of-admin"}
+    stage(settings, [batch(1, "fresh")], landed_ms=T0_MS)  # staged, no Iceberg table yet
+    assert client.post("/v1/apply", json={"table": "Fresh"}, headers=admin).status_code == 200
+    for path in ("/v1/expire", "/v1/compaction/run"):
+        r = client.post(path, json={"table": "fresh"}, headers=admin)
+        assert r.status_code == 404 and "'fresh'" in r.json()["detail"], r.text
+    cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
+    quarantine_table(settings, ["null key"])
+    r = client.post("/v1/apply", json={"table": "orders__quarantine"}, headers=admin)
+    assert r.status_code == 404, r.text  # a side table is applied with its CDC table
+    assert RecordingAirflow.calls == [(settings.airflow_url, "token-of-admin", "cdc_apply", {"tables": ["fresh"]})]

@@ -101,7 +101,7 @@ def test_operations_filter_and_bad_requests(api: TestClient, lake: Lake) -> None
     assert [e["key"] for e in deletes] == [e["key"] for e in whole if e["operation"] == "DELETE"]
     assert all(e["after"] is None for e in deletes)
     for params, needle in (
-        ({}, "tables: give 1 to 100 table names"),
+        ({}, "tables: give 1 to 100 distinct table names"),
         ({"tables": "orders", "operations": "MERGE"}, "operations: a comma-separated subset"),
         ({"tables": "orders", "since": "garbage"}, "since: not a cursor this server gave"),
         ({"tables": "a/b"}, "is not a table name"),
