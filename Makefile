@@ -25,13 +25,16 @@ test: setup
 test-fast: setup
 	@$(PY) -m pytest -m "not e2e and not spark and not server"
 
-# The long hostile-producer run: randomized (new examples every time, shrunk to minimal ones),
-# many more examples than CI's derandomized few. `make test-hostile` or
-# `make test-hostile N=5000 SPARK_N=100` (SPARK_N examples each apply through Spark, ~30 s apiece).
+# The long hostile-producer and hostile-query runs: randomized (new examples every time, shrunk to
+# minimal ones), many more examples than CI's derandomized few. `make test-hostile` or
+# `make test-hostile N=5000 SPARK_N=100 QUERY_N=3000` (SPARK_N examples each apply through Spark,
+# ~30 s apiece; QUERY_N statements sent with a read-only token, ~0.3 s apiece).
 test-hostile: setup
 	@CDCLAKE_HOSTILE_EXAMPLES=$(or $(N),2000) CDCLAKE_HOSTILE_SPARK_EXAMPLES=$(or $(SPARK_N),40) \
 		CDCLAKE_SCHEMATHESIS_EXAMPLES=$(or $(N),2000) CDCLAKE_SCHEMATHESIS_SHRINK=1 \
-		$(PY) -m pytest tests/receiver/test_hostile.py tests/receiver/test_schemathesis.py $(ARGS)
+		CDCLAKE_HOSTILE_QUERY_EXAMPLES=$(or $(QUERY_N),1000) \
+		$(PY) -m pytest tests/receiver/test_hostile.py tests/receiver/test_schemathesis.py \
+		tests/restcatalog/test_query_hostile.py $(ARGS)
 
 lint: setup
 	@.venv/bin/ruff check cdclake receiver restcatalog spark_jobs dags plugins tests

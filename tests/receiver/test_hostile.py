@@ -19,13 +19,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, given
+from hypothesis import event, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
@@ -35,24 +34,8 @@ from cdclake.config.settings import Settings, load
 from cdclake.lake.catalog import load_table, open_catalog, pending_tables
 from spark_jobs.apply import apply_table
 from tests.support.hostile_apply import check_table
-from tests.support.hostile_gen import Plan, plans
+from tests.support.hostile_gen import Plan, examples, plans
 from tests.support.hostile_model import Limits, judge_batch, refusal_problems
-
-
-def examples(ci: int, env: str = "CDCLAKE_HOSTILE_EXAMPLES", shrink_in_ci: bool = True) -> dict[str, Any]:
-    """CI: ``ci`` derandomized examples; the long run (``make test-hostile``) sets ``env``: that
-    many random examples, shrunk on failure."""
-    long = int(os.environ.get(env, "0"))
-    return {
-        "max_examples": long or ci,
-        "derandomize": not long,
-        # CI reports the failing example as drawn; shrinking one apply at a time takes long.
-        "phases": list(Phase) if long or shrink_in_ci else [Phase.explicit, Phase.reuse, Phase.generate],
-        "deadline": None,
-        "database": None,
-        "suppress_health_check": list(HealthCheck),
-    }
-
 
 # Small limits so that the boundaries are cheap to reach and to apply.
 SMALL = Limits(max_name_chars=128, max_depth=5, max_columns=24, max_tables=2)

@@ -11,10 +11,12 @@ break the rule sit in the shapes too (rarely): an event that takes one is refuse
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 
 from tests.support.hostile_model import Limits, maybe_same_name, name_rules
@@ -277,3 +279,18 @@ def events(draw: st.DrawFn, table: str, shape: Shape, limits: Limits, seq: int) 
 
 def legal_top(name: str, limits: Limits) -> bool:
     return not name_rules(name, True, limits)
+
+
+def examples(ci: int, env: str = "CDCLAKE_HOSTILE_EXAMPLES", shrink_in_ci: bool = True) -> dict[str, Any]:
+    """CI: ``ci`` derandomized examples; the long run (``make test-hostile``) sets ``env``: that
+    many random examples, shrunk on failure."""
+    long = int(os.environ.get(env, "0"))
+    return {
+        "max_examples": long or ci,
+        "derandomize": not long,
+        # CI reports the failing example as drawn; shrinking one apply at a time takes long.
+        "phases": list(Phase) if long or shrink_in_ci else [Phase.explicit, Phase.reuse, Phase.generate],
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": list(HealthCheck),
+    }
