@@ -9,7 +9,8 @@ read, and a write through it (a commit, a create, a drop, a rename) is refused b
 whatever statement asked for it. The session also cannot read files by path
 (``spark.sql.runSQLOnFiles``), caches no table between statements (Iceberg's caching catalog
 would keep answering from a 30-second-old snapshot), runs no SQL scripts, and puts its jobs in
-the ``cdclake-queries`` scheduler pool, beside (not ahead of) the applies'.
+the ``cdclake-queries`` scheduler pool, which the Connect server fills after the applies'
+(:mod:`cdclake.lake.scheduler`).
 
 Each query gets a new session and releases it after: nothing one query sets or creates
 (temporary views, configuration, current namespace) can be seen by the next.
@@ -22,12 +23,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from cdclake.config.settings import Settings
+from cdclake.lake.scheduler import QUERY_POOL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-QUERY_POOL = "cdclake-queries"
-"""The Spark scheduler pool of query jobs (the Connect server's allocation file weighs it)."""
 
 
 def query_catalog_conf(settings: Settings, token: str) -> dict[str, str]:

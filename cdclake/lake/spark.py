@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cdclake.config.secretfile import read_or_create, write_private
 from cdclake.config.settings import Settings, SettingsError, jdbc_credentials
+from cdclake.lake.scheduler import scheduler_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -231,12 +232,13 @@ def _submit_args(properties: Path | None) -> Iterator[None]:
 
 
 def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
-    """A SparkSession on ``settings.spark_master`` with the catalog configured."""
+    """A SparkSession on ``settings.spark_master`` with the catalog configured (and the Connect
+    server's scheduler pools: a test or `cdclake sql` session runs as the server does)."""
     from pyspark.sql import SparkSession
 
     # Spark otherwise picks the host's external address for the driver and warns about it.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    public, credentials = split_credentials({**jar_conf(settings), **job_conf(settings)})
+    public, credentials = split_credentials({**jar_conf(settings), **job_conf(settings), **scheduler_conf(settings)})
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     for key, value in public.items():
         builder = builder.config(key, value)
@@ -260,6 +262,7 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
     conf = {
         **job_conf(settings),
+        **scheduler_conf(settings),
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         # Sessions of finished tasks are released by the client; an abandoned one (a killed task)

@@ -383,3 +383,20 @@ def test_an_answer_past_the_byte_cap_is_refused_not_held(
         r = ask(c, big, maxRows=2000)
         assert r.status_code == 413 and "262144 bytes" in r.json()["error"]["message"], r.text
         assert ask(c, big, maxRows=100).status_code == 200  # under the cap: answered
+
+
+@pytest.mark.spark
+def test_query_jobs_run_in_their_own_pool_behind_the_applies(spark: Any, api: httpx.Client) -> None:
+    """The query API's jobs go to the ``cdclake-queries`` pool, which the scheduler fills after the
+    applies' (Spark's default pool, whose minimum share no server reaches). Here the test JVM runs
+    with the Connect server's scheduler configuration (cdclake.lake.spark.session)."""
+    from cdclake.lake.scheduler import QUERY_POOL
+
+    sc = spark.sparkContext._jsc.sc()
+    assert str(sc.getSchedulingMode()) == "FAIR"
+    assert ask(api, "SELECT count(*) FROM pub").status_code == 200  # a job: it creates its pool
+    pool = sc.getPoolForName(QUERY_POOL)
+    default = sc.getPoolForName("default")
+    assert pool.isDefined() and default.isDefined()
+    assert pool.get().weight() == 1 and pool.get().minShare() == 0
+    assert default.get().minShare() > 1000 and default.get().weight() > pool.get().weight()
