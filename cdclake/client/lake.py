@@ -62,6 +62,31 @@ class AccessDenied(LakeError):
     """No valid token (401) or no right to read a table the statement reads (403)."""
 
 
+class Busy(LakeError):
+    """The server runs as many statements as it takes, in all or of this client (429): the same
+    call succeeds once one ends. ``retry_after_s``: the server's ``Retry-After``. The client waits
+    it out by itself :data:`BUSY_RETRIES` times before raising."""
+
+    retryable = True
+
+    def __init__(self, message: str, status: int = 429, kind: str = "", retry_after_s: float = 1.0) -> None:
+        super().__init__(message, status, kind)
+        self.retry_after_s = retry_after_s
+
+
+BUSY_RETRIES = 3
+
+
+def retry_after(r: httpx.Response) -> float | None:
+    """Seconds to wait before asking again (a 429's ``Retry-After``, at most 30); None: do not."""
+    if r.status_code != 429:
+        return None
+    try:
+        return min(30.0, max(0.0, float(r.headers.get("retry-after", "1"))))
+    except ValueError:
+        return 1.0
+
+
 class ServerError(LakeError):
     """The server or its engine failed (5xx): the same call may succeed later."""
 
@@ -213,6 +238,12 @@ class Lake:
         if r.status_code == 401 and self._credential:
             self._token = None  # an issued token expires, or the server restarted: fetch another
             r = self._send(body, path)
+        for _ in range(BUSY_RETRIES):
+            wait = retry_after(r)
+            if wait is None:
+                break
+            time.sleep(wait)
+            r = self._send(body, path)
         if r.status_code >= 400:
             raise error_of(r)
         return r
@@ -300,6 +331,8 @@ def error_of(r: httpx.Response) -> LakeError:
         cls = AccessDenied
     elif r.status_code == 408:
         cls = QueryTimeout
+    elif r.status_code == 429:
+        return Busy(f"HTTP 429: {message}", 429, kind, retry_after(r) or 1.0)
     elif r.status_code >= 500:
         cls = ServerError
     else:

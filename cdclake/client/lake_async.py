@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from cdclake.client.lake import (
+    BUSY_RETRIES,
     LakeConnectionError,
     Result,
     Scalar,
@@ -24,6 +25,7 @@ from cdclake.client.lake import (
     error_of,
     plan_body,
     result,
+    retry_after,
     sse_data,
     subscription,
     token_form,
@@ -115,6 +117,12 @@ class AsyncLake:
             r = await self._http.request(method, path, headers=await self._headers(), **kw)
             if r.status_code == 401 and self._credential:
                 self._token = None  # an issued token expires, or the server restarted: fetch another
+                r = await self._http.request(method, path, headers=await self._headers(), **kw)
+            for _ in range(BUSY_RETRIES):
+                wait = retry_after(r)
+                if wait is None:
+                    break
+                await asyncio.sleep(wait)
                 r = await self._http.request(method, path, headers=await self._headers(), **kw)
         except httpx.TransportError as exc:
             raise LakeConnectionError(f"{self._http.base_url}: {exc}") from None
