@@ -50,8 +50,9 @@ QUERY_NODES = frozenset(
 )  # fmt: skip
 JAVA_CALLS = ("reflect", "java_method", "try_reflect")
 
-# A plan line: the tree's drawing (spaces, ':', '+- ', ':- '), an unresolved node's quote, the name.
-_NODE = re.compile(r"^[ :]*(?:[+:]- )?'?([A-Za-z_][\w$]*)")
+# A plan line: the tree's drawing (spaces, ':', '+- ', ':- '), an unresolved node's quote, the name
+# (a Scala class's: capitalized). Any other line is a literal's text, where a line break took it.
+_NODE = re.compile(r"^[ :]*(?:[+:]- )?'?([A-Z][\w$]*)")
 _JAVA = re.compile(r"(?<![\w$])'?(" + "|".join(JAVA_CALLS) + r")\s*\(", re.I)
 # EXPLAIN prints an analysis error where the analyzed plan would be: "org.apache...Exception: ..."
 _ERROR = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
