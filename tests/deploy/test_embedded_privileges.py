@@ -8,7 +8,6 @@ And ``cdclake init`` alone, without a stack, under the same umask."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import threading
@@ -22,18 +21,10 @@ import pytest
 
 from cdclake.config.settings import Settings
 from tests.support import make_settings
+from tests.support.security import umask
 
 RUN_TIMEOUT_S = 300
 OPEN_UMASK = 0o000  # the worst: every file 0666, every folder 0777 unless the writer says otherwise
-
-
-@contextlib.contextmanager
-def umask(value: int) -> Iterator[None]:
-    old = os.umask(value)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 @pytest.fixture(scope="module")

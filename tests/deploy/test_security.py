@@ -17,7 +17,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from starlette.testclient import TestClient
 
 from receiver.app import create_app
 from tests.support import make_settings
-from tests.support.security import CONNECT_TOKEN, PG_PASSWORD, S3_SECRET, secret_settings
+from tests.support.security import CONNECT_TOKEN, PG_PASSWORD, S3_SECRET, secret_settings, umask
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_NET = "192.0.2.1"  # RFC 5737: documentation addresses, never assigned to this machine
@@ -163,15 +162,6 @@ def test_init_creates_a_producer_tokens_file_once(tmp_path: Path, capsys: pytest
 
 
 # ------------------------------------------------------------------ finding 10: secrets
-
-
-@contextlib.contextmanager
-def umask(value: int) -> Iterator[None]:
-    old = os.umask(value)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def test_secret_files_are_private_from_their_creation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from cdclake.lake import queries, readonly
 from cdclake.lake.readonly import NotAQuery
+from cdclake.lake.statements import QueryError
 from tests.support import fresh_settings
 
 QUERIES = [
@@ -129,5 +130,5 @@ def test_an_analysis_error_leaves_the_parsed_plan_to_decide() -> None:
 
 
 def test_a_plan_spark_could_not_print_is_no_query() -> None:
-    with pytest.raises(readonly.QueryError, match="Spark could not plan the statement: Cannot find snapshot 1"):
+    with pytest.raises(QueryError, match="Spark could not plan the statement: Cannot find snapshot 1"):
         readonly.explained("Error occurred during query planning: \nCannot find snapshot 1")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,3 +27,13 @@ def secret_settings(home: Path, **over: Any) -> Settings:
         catalog_url=f"postgresql://cdclake:{PG_PASSWORD}@127.0.0.1:9/cdclake",
         **over,
     )
+
+
+@contextlib.contextmanager
+def umask(value: int) -> Iterator[None]:
+    """The process umask set to ``value`` for the block."""
+    old = os.umask(value)
+    try:
+        yield
+    finally:
+        os.umask(old)
