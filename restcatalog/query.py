@@ -194,6 +194,8 @@ def spark_error(exc: Exception) -> Exception:
     if not isinstance(exc, PySparkException):
         return exc
     line = queries.error_line(exc)
+    if type(exc).__name__ == "ParseException" and not line.startswith("["):
+        line = f"Spark could not parse the statement: {line}"  # a parser error without a condition
     if connect_failed(exc):
         return IcebergError(503, "ServiceUnavailableException", f"the query engine is not reachable: {line}")
     return bad_request(line)
