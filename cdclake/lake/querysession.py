@@ -45,6 +45,10 @@ def query_catalog_conf(settings: Settings, token: str) -> dict[str, str]:
     }
 
 
+UNREACHABLE_RETRY = {"max_retries": 3, "initial_backoff": 50, "backoff_multiplier": 4.0, "max_backoff": 1_000}
+"""A query's wait for a Spark Connect server out of reach: about a second, then 503 (pyspark's
+default waits 10 minutes, holding the statement's slot and the client's connection)."""
+
 # What the server's catalog has that the REST one must not inherit: the catalog database's
 # address and login. FileIO settings (an S3 endpoint and keys) are kept: the engine reads the
 # data files with them.
@@ -87,7 +91,9 @@ def query_session(settings: Settings, token: str) -> Iterator[SparkSession]:
     from cdclake.lake.spark import connect_session, connect_token
 
     # Not marking the process a Connect client: the query engine uses no pyspark.sql.functions.
-    spark = connect_session(settings.spark_connect_url, connect_token(settings), mark_process=False)
+    spark = connect_session(
+        settings.spark_connect_url, connect_token(settings), retry=UNREACHABLE_RETRY, mark_process=False
+    )
     # Reattachable execution releases each finished operation later, from a thread pool: after
     # this session is released, those calls fail on the server (logged as errors there).
     cast(Any, spark).client.disable_reattachable_execute()

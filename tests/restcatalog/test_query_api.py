@@ -578,3 +578,21 @@ def test_touched_relations_from_the_analyzed_plan() -> None:
     assert relations.table_of(["spark_catalog", "default", "t"], "lake", "cdc") is None
     assert relations.table_of(["t"], "lake", "cdc") == ("cdc", "t")
     assert relations.touched("Error occurred during query planning: \n...") is None
+
+
+@pytest.mark.server
+def test_an_engine_out_of_reach_is_a_503_soon_and_frees_the_slot(tmp_path: Path) -> None:
+    """The Spark Connect server is down: the statement is answered 503 within seconds (pyspark
+    alone would retry for 10 minutes, holding the statement's slot), and the slot comes back."""
+    import time
+
+    from cdclake.dev.stack import free_port
+    from tests.support import make_settings
+
+    settings = make_settings(tmp_path, query_max_concurrent=1)
+    with served(settings, f"sc://127.0.0.1:{free_port()}") as api:
+        for _ in range(2):  # the second would be a 429 if the first had kept its slot
+            t0 = time.monotonic()
+            r = api.post("/v1/query", json={"sql": "SELECT 1"})
+            assert r.status_code == 503 and "not reachable" in r.json()["error"]["message"], r.text
+            assert time.monotonic() - t0 < 30
