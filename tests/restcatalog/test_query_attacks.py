@@ -313,3 +313,26 @@ def test_query_jobs_run_in_their_own_pool_behind_the_applies(spark: Any, api: ht
     assert pool.isDefined() and default.isDefined()
     assert pool.get().weight() == 1 and pool.get().minShare() == 0
     assert default.get().minShare() > 1000 and default.get().weight() > pool.get().weight()
+
+
+@pytest.mark.spark
+def test_statement_after_statement_leaves_no_thread_behind(spark: Any, api: httpx.Client) -> None:
+    """A dashboard polls for days: each statement's session makes a catalog Spark never closes, so
+    nothing of it may start a thread (Iceberg's metrics reporter and token refresh did, for good)."""
+
+    def threads() -> dict[str, int]:
+        names = [str(t.getName()) for t in spark.sparkContext._jvm.java.lang.Thread.getAllStackTraces().keySet()]
+        counts: dict[str, int] = {}
+        for n in names:
+            kind = re.sub(r"\d+", "N", n)
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
+
+    ask(api, "SELECT count(*) FROM pub")
+    before = threads()
+    for _ in range(10):
+        assert ask(api, "SELECT count(*) FROM pub").status_code == 200
+    grown = {k: v - before.get(k, 0) for k, v in threads().items() if v - before.get(k, 0) >= 10}
+    # Spark's own pools grow to their bounds under load and shrink when idle: not theirs to judge.
+    spark_pools = ("block-manager-", "shuffle-exchange-", "ResultQueryStageExecution-", "QueryStageCreator-")
+    assert not {k: v for k, v in grown.items() if not k.startswith(spark_pools)}, grown
