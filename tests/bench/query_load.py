@@ -187,7 +187,7 @@ def measure(settings: Any, mode: str, pid: int, stream: Stream, args: argparse.N
     res["window"] = (t0, time.time())
     res["stop_s"] = load.close()
     settle(pid)
-    res["counts"], res["errors"] = dict(load.counts), load.errors[:3]
+    res["counts"], res["errors"] = dict(load.counts), sorted(set(load.errors))[:3]
     res["query_p50"] = statistics.median(load.seconds) if load.seconds else float("nan")
     print(f"[load] {mode}: statements {res['counts']}, stopped in {res['stop_s']:.1f}s", flush=True)
     return res
@@ -244,8 +244,10 @@ def run(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
                 stage(settings, stream.next(BASE_ROWS, BASE_ROWS // 10, seed=0))
                 with contextlib.redirect_stdout(io.StringIO()):
                     run_on_connect(settings, "spark_jobs.apply", ["--table", TABLE])
-            with rest_server(settings, env, query_conf):
+            with rest_server(settings, env, query_conf) as rest:
                 results.append(measure(settings, mode, proc.pid, stream, args))
+                if rest.poll() is not None:  # e.g. killed from outside: the load stopped with it
+                    raise SystemExit(f"{mode}: the REST catalog's server ended during the run ({rest.returncode})")
             if i == len(modes) - 1:
                 spark = connect_session(settings.spark_connect_url, connect_token(settings))
                 rows = rows_by_key(spark.table(table_ident(settings, TABLE)).collect())
