@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
 
 PY := .venv/bin/python
 
@@ -75,6 +75,10 @@ bench-deletes: setup
 # POST /v1/query (the lake client) vs one Spark Connect session vs DuckDB, point lookup and aggregate: `make bench-query`
 bench-query: setup
 	@$(PY) -m tests.bench.query $(ARGS)
+
+# One apply with 8 clients posting a heavy query to /v1/query vs none, FAIR pools vs FIFO: `make bench-query-load`
+bench-query-load: setup
+	@$(PY) -m tests.bench.query_load $(ARGS)
 
 # Commit -> delivery to GET /v1/subscribe listeners, micro-batches applied in a row: `make bench-subscribe`
 bench-subscribe: setup

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,10 @@ AGGREGATE = "SELECT status, count(*) AS n, sum(amount) AS total FROM {t} GROUP B
 
 
 @contextmanager
-def connect_server(settings: Any) -> Iterator[None]:
+def connect_server(settings: Any, conf: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """The project's Spark Connect server (``connect_server_command``) on ``settings``' URL, its
+    process yielded once it listens; ``conf`` overrides the command's Spark settings (a later
+    ``--conf`` of the same key wins in spark-submit)."""
     from cdclake.lake.spark import connect_server_command, connect_server_env
 
     host, port = "127.0.0.1", int(settings.spark_connect_url.rsplit(":", 1)[1])
@@ -46,17 +49,18 @@ def connect_server(settings: Any) -> Iterator[None]:
         **connect_server_env(settings),
     }
     log = settings.home / "connect.log"
+    cmd = connect_server_command(settings, host, port)
+    at = cmd.index("--class")
+    cmd[at:at] = [arg for k, v in (conf or {}).items() for arg in ("--conf", f"{k}={v}")]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            connect_server_command(settings, host, port), env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while "Spark Connect server started" not in log.read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"Spark Connect did not start: {log.read_text()[-2000:]}")
             time.sleep(1)
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.wait(60)
