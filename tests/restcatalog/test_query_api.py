@@ -596,3 +596,22 @@ def test_an_engine_out_of_reach_is_a_503_soon_and_frees_the_slot(tmp_path: Path)
             r = api.post("/v1/query", json={"sql": "SELECT 1"})
             assert r.status_code == 503 and "not reachable" in r.json()["error"]["message"], r.text
             assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("where", ["WHERE false", ""])
+def test_nested_and_map_columns_answer_empty_or_not(api: httpx.Client, where: str) -> None:
+    """An empty answer with a map column read from Spark Connect crashed the server's process
+    (pyarrow's ``Table.nbytes`` on it: a segmentation fault, the connection gone)."""
+    sql = (
+        "SELECT map('a', 1) AS m, array(1, 2) AS a, named_struct('x', 1) AS st, "
+        f"CAST(1.5 AS DECIMAL(10,2)) AS d, X'00' AS b, current_date() AS dt {where}"
+    )
+    got = query(api, sql)
+    assert got["rowCount"] == (0 if where else 1)
+    if not where:
+        assert got["rows"][0][:4] == [{"a": 1}, [1, 2], {"x": 1}, "1.50"]
+    r = api.post("/v1/query", json={"sql": sql, "format": "arrow"})
+    assert r.status_code == 200 and pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all().num_rows == len(
+        got["rows"]
+    )
