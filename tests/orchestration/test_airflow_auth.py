@@ -59,11 +59,26 @@ def asked(m: CdclakeAuthManager, user_name: str) -> dict[str, bool]:
         "change a variable": m.is_authorized_variable(method="PUT", user=user, details=VariableDetails(key="k")),
         "read pools": m.is_authorized_pool(method="GET", user=user),
         "read the configuration": m.is_authorized_configuration(method="GET", user=user),
+        # What a listing of runs keeps, as Airflow's own filter asks it.
+        "see cdc_apply's runs in a listing": m.filter_authorized_dag_ids(
+            dag_ids={"cdc_apply", "iceberg_expire"}, user=user, method="GET"
+        )
+        == {"cdc_apply"},
+        "see every dag's runs in a listing": m.filter_authorized_dag_ids(
+            dag_ids={"cdc_apply", "iceberg_expire"}, user=user, method="GET"
+        )
+        == {"cdc_apply", "iceberg_expire"},
         "see the UI's views": m.is_authorized_view(access_view=AccessView.PLUGINS, user=user),
     }
 
 
-WHAT_IT_DOES = {"list cdc_apply runs", "trigger cdc_apply", "post an asset event", "list assets"}
+WHAT_IT_DOES = {
+    "list cdc_apply runs",
+    "trigger cdc_apply",
+    "post an asset event",
+    "list assets",
+    "see cdc_apply's runs in a listing",
+}
 
 
 def test_the_receivers_login_may_do_its_job_and_nothing_more(manager: CdclakeAuthManager) -> None:
@@ -73,7 +88,7 @@ def test_the_receivers_login_may_do_its_job_and_nothing_more(manager: CdclakeAut
 
 def test_another_login_of_the_same_role_keeps_all_of_it(manager: CdclakeAuthManager) -> None:
     got = asked(manager, "an-operator")
-    assert all(got.values()), {k for k, v in got.items() if not v}
+    assert {k for k, v in got.items() if not v} == {"see cdc_apply's runs in a listing"}, got  # it sees all
 
 
 def test_the_stack_and_compose_run_airflow_with_it(tmp_path: Path) -> None:
