@@ -32,7 +32,8 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float):
         return v if math.isfinite(v) else str(v)
     if isinstance(v, Decimal):
-        return float(v)
+        # JSON has no decimal and a float keeps 15-17 digits: text keeps every digit (as the query API).
+        return str(v)
     if isinstance(v, datetime):
         return v.isoformat()
     if isinstance(v, date):

@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,10 @@ def test_render_formats() -> None:
         "nested": [{"a": 1}],
         "n": None,
     }
+    out = io.StringIO()
+    exact = [Decimal("-99999999999998.999999"), Decimal("123456789012345678901234.50000000000000")]
+    render(Result(["d"], [(d,) for d in exact]), "json", out)
+    assert [json.loads(line)["d"] for line in out.getvalue().splitlines()] == [str(d) for d in exact]
     out = io.StringIO()
     render(Result(["a"], [(1,)], more=True), "table", out)
     assert out.getvalue().splitlines()[-1].startswith("(first 1 rows;")
