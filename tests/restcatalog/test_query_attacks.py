@@ -138,21 +138,27 @@ def test_each_statement_has_a_session_of_its_own(connect_url: str, target: Targe
     import dataclasses
 
     from restcatalog import auth
+    from restcatalog.app import create_app
     from restcatalog.query import connect_sessions
+    from tests.support.threaded import serve_app
 
-    settings = dataclasses.replace(target.settings, spark_connect_url=connect_url)
-    sessions = connect_sessions(settings, auth.Tokens.open(60))
-    assert sessions is not None
-    client = auth.Client("reader", auth.Access.READ, (f"{target.ns}.pub*",))
-    with sessions(client) as first:
-        first.sql("CREATE TEMPORARY VIEW leftover AS SELECT 1 AS x")
-        first.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
-        first.sql("USE spark_catalog.default")
-    with sessions(client) as second:
-        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
-            second.sql("SELECT * FROM leftover").collect()
-        assert second.conf.get("spark.sql.session.timeZone") == "UTC"
-        assert second.catalog.currentCatalog() == target.settings.catalog_name
+    # The session's catalog is the REST catalog (a view's creation asks it for the current
+    # catalog), so one must be served: without it the first statement fails on its config call.
+    app = create_app(target.settings)
+    with serve_app(app) as url:
+        settings = dataclasses.replace(target.settings, spark_connect_url=connect_url, query_catalog_url=url)
+        sessions = connect_sessions(settings, app.state.tokens)
+        assert sessions is not None
+        client = auth.Client("reader", auth.Access.READ, (f"{target.ns}.pub*",))
+        with sessions(client) as first:
+            first.sql("CREATE TEMPORARY VIEW leftover AS SELECT 1 AS x")
+            first.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+            first.sql("USE spark_catalog.default")
+        with sessions(client) as second:
+            with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+                second.sql("SELECT * FROM leftover").collect()
+            assert second.conf.get("spark.sql.session.timeZone") == "UTC"
+            assert second.catalog.currentCatalog() == target.settings.catalog_name
 
 
 # ---------------------------------------------------------------- the engine cannot write
