@@ -76,7 +76,7 @@ bench-deletes: setup
 bench-query: setup
 	@$(PY) -m tests.bench.query $(ARGS)
 
-# One apply with 8 clients posting a heavy query to /v1/query vs none, FAIR pools vs FIFO: `make bench-query-load`
+# One apply with 8 clients posting a heavy query to /v1/query vs none, the query server vs the shared FAIR pools: `make bench-query-load`
 bench-query-load: setup
 	@$(PY) -m tests.bench.query_load $(ARGS)
 

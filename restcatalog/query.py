@@ -4,8 +4,9 @@ or as an Arrow IPC stream (:mod:`cdclake.lake.queries` decides what may run).
 It lives in the REST catalog's server: one front door and one token scheme (the catalog's
 clients, with their ``tables`` patterns) for the engines that read the files themselves and for
 the applications that only send SQL. Spark is the engine: each statement gets a new session of
-the stack's Spark Connect server (``CDCLAKE_SPARK_CONNECT_URL``) whose catalog is this server,
-with a read-only token of the client's rights, and releases it after; at most
+the query API's own Spark Connect server (``CDCLAKE_QUERY_SPARK_CONNECT_URL``, a JVM with no
+catalog login at a low CPU priority; empty: the applies' ``CDCLAKE_SPARK_CONNECT_URL``) whose
+catalog is this server, with a read-only token of the client's rights, and releases it after; at most
 ``CDCLAKE_QUERY_MAX_CONCURRENT`` statements run at once (:mod:`restcatalog.querylimits`).
 """
 
@@ -66,7 +67,7 @@ class QueryRequest(BaseModel):
 def connect_sessions(settings: Settings, tokens: auth.Tokens) -> Sessions | None:
     """A new Spark Connect session per statement on the stack's server, confined to the client's
     rights (:mod:`cdclake.lake.querysession`); None without a server."""
-    if not settings.spark_connect_url:
+    if not settings.query_connect_url:
         return None
     from cdclake.lake.spark import quiet_pyspark
 
@@ -147,7 +148,10 @@ async def post_query(request: Request, svc: Service) -> Response:
 
 def engine_of(svc: Service) -> Sessions:
     if svc.query_sessions is None:
-        raise IcebergError(503, "ServiceUnavailableException", "the query API needs CDCLAKE_SPARK_CONNECT_URL")
+        why = (
+            "the query API needs a Spark Connect server (CDCLAKE_QUERY_SPARK_CONNECT_URL or CDCLAKE_SPARK_CONNECT_URL)"
+        )
+        raise IcebergError(503, "ServiceUnavailableException", why)
     sessions: Sessions = svc.query_sessions
     return sessions
 

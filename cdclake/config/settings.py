@@ -171,6 +171,20 @@ class Settings:
     """Bearer token the Spark Connect server requires and its clients send; empty: the embedded
     stack makes one in the state folder (cdclake.lake.spark.connect_token), and a server elsewhere
     must be given one to listen beyond loopback."""
+    query_spark_connect_url: str = ""
+    """``sc://host:port`` of the Spark Connect server the query API (``POST /v1/query``) runs its
+    statements on: a JVM of its own with no catalog login, at a low CPU priority, so the kernel
+    gives the applies' JVM the cores first (the embedded stack starts it when the host is local;
+    cdclake.lake.queryserver); empty: the statements share CDCLAKE_SPARK_CONNECT_URL's server."""
+    query_spark_connect_token: str = field(default="", repr=False)
+    """Bearer token the query server requires and the REST catalog's server sends; empty: the
+    embedded stack makes one in the state folder, and a server elsewhere must be given one to
+    listen beyond loopback. Not the apply server's: the query API cannot reach that one."""
+    query_spark_nice: int = 19
+    """Niceness of the query server's JVM (``nice -n``; its own session's autogroup too): 19, the
+    lowest priority, lets the kernel take a core from a query the moment an apply wants it."""
+    query_spark_driver_memory: str = "1g"
+    """Memory of the query server's JVM (local mode: its driver runs the query tasks too)."""
     airflow_db_url: str = ""
     """SQLAlchemy URL of Airflow's metadata database for the stack cdclake starts (``cdclake up``,
     ``cdclake init``): SQLite in the state folder by default, ``postgresql+psycopg2://...`` to scale."""
@@ -220,6 +234,12 @@ class Settings:
     def query_catalog(self) -> str:
         """CDCLAKE_QUERY_CATALOG_URL, else :attr:`rest_url`."""
         return self.query_catalog_url or self.rest_url
+
+    @property
+    def query_connect_url(self) -> str:
+        """The Spark Connect server of the query API: CDCLAKE_QUERY_SPARK_CONNECT_URL, else the
+        applies' (empty: no query engine)."""
+        return self.query_spark_connect_url or self.spark_connect_url
 
     @property
     def jdbc_url(self) -> str:
@@ -387,6 +407,11 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         # Set but empty means spark-submit per task, so `s()` (empty -> default) is not used here.
         spark_connect_url=e.get("CDCLAKE_SPARK_CONNECT_URL", "sc://127.0.0.1:15002"),
         spark_connect_token=s("SPARK_CONNECT_TOKEN", ""),
+        # Set but empty: the query API shares the applies' server.
+        query_spark_connect_url=e.get("CDCLAKE_QUERY_SPARK_CONNECT_URL", "sc://127.0.0.1:15003"),
+        query_spark_connect_token=s("QUERY_SPARK_CONNECT_TOKEN", ""),
+        query_spark_nice=_int(e, "CDCLAKE_QUERY_SPARK_NICE", 19, 0),
+        query_spark_driver_memory=s("QUERY_SPARK_DRIVER_MEMORY", "1g"),
         airflow_db_url=s("AIRFLOW_DB_URL", f"sqlite:///{home / 'airflow' / 'airflow.db'}"),
         spark_driver_host=s("SPARK_DRIVER_HOST", "127.0.0.1"),
         spark_event_log_dir=s("SPARK_EVENT_LOG_DIR", ""),
@@ -406,9 +431,17 @@ def load(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     url = str(values["staging_url"])
     if url and not (url.startswith("s3://") and len(url) > len("s3://")):
         raise SettingsError(f"CDCLAKE_STAGING_URL must be s3://bucket[/prefix] or empty, got {url!r}")
-    sc = str(values["spark_connect_url"])
-    if sc and not (sc.startswith("sc://") and len(sc) > len("sc://")):
-        raise SettingsError(f"CDCLAKE_SPARK_CONNECT_URL must be sc://host:port or empty, got {sc!r}")
+    for name in ("spark_connect_url", "query_spark_connect_url"):
+        sc = str(values[name])
+        if sc and not (sc.startswith("sc://") and len(sc) > len("sc://")):
+            raise SettingsError(f"CDCLAKE_{name.upper()} must be sc://host:port or empty, got {sc!r}")
+    if values["query_spark_connect_url"] and values["query_spark_connect_url"] == values["spark_connect_url"]:
+        raise SettingsError(
+            "CDCLAKE_QUERY_SPARK_CONNECT_URL must name a server of its own (empty: the query API shares "
+            "CDCLAKE_SPARK_CONNECT_URL's)"
+        )
+    if values["query_spark_nice"] > 19:
+        raise SettingsError(f"CDCLAKE_QUERY_SPARK_NICE must be 0 to 19, got {values['query_spark_nice']}")
     for name in ("warehouse",):
         wh = str(values[name])
         if not wh.startswith(("file:/", "s3://", "s3a://")):

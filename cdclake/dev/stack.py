@@ -1,6 +1,7 @@
 """The embedded deployment on one machine: receiver + Iceberg REST catalog + Airflow (api-server,
-scheduler, dag-processor on SQLite, LocalExecutor) + a Spark Connect server (Spark local), every
-socket on 127.0.0.1.
+scheduler, dag-processor on SQLite, LocalExecutor) + a Spark Connect server for the applies and
+another for the query API (Spark local; the query one at the lowest CPU priority, with no catalog
+login: cdclake.lake.queryserver), every socket on 127.0.0.1.
 
 Airflow components are started one by one instead of ``airflow standalone``: standalone opens
 serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
@@ -11,7 +12,8 @@ Secrets are made once per state folder, owner-only (cdclake.config.secretfile), 
 through their environment, never their arguments: the Airflow logins (``admin``, and the
 receiver's own with the OP role, narrowed by cdclake.orchestration.airflow_auth) in
 ``airflow/passwords.json``, the JWT secret Airflow's
-components share, the Spark Connect server's token in ``spark/connect.token``.
+components share, the Spark Connect servers' tokens in ``spark/connect.token`` and
+``spark/query-connect.token``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import httpx
 from cdclake.config import private
 from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
+from cdclake.lake import queryserver
 from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
 from cdclake.orchestration.airflow_api import AirflowClient
@@ -63,6 +66,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def local_address(url: str, default_port: int) -> tuple[str, int] | None:
+    """The address of an ``sc://`` URL on this machine's loopback, which the stack serves itself."""
+    parts = urlsplit(url)
+    return ("127.0.0.1", parts.port or default_port) if parts.hostname in ("127.0.0.1", "localhost") else None
+
+
 class LocalStack:
     def __init__(
         self,
@@ -80,7 +89,7 @@ class LocalStack:
         self.airflow_home = settings.home / "airflow"
         self.logs = settings.home / "logs"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._specs: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+        self._specs: dict[str, tuple[list[str], dict[str, str] | None, int, bool]] = {}
         self._log = log or sys.stdout
         self._client: AirflowClient | None = None
         self._env: dict[str, str] | None = None
@@ -163,6 +172,8 @@ class LocalStack:
             # The Connect server's clients (tasks, `cdclake sql`) send it; the server alone gets
             # it as SPARK_CONNECT_AUTHENTICATE_TOKEN (connect_server_env).
             "CDCLAKE_SPARK_CONNECT_TOKEN": connect_token(s, create=self.connect_address is not None),
+            # The query server's: the REST catalog's server sends it (its query API's sessions).
+            "CDCLAKE_QUERY_SPARK_CONNECT_TOKEN": queryserver.query_token(s, create=self.query_address is not None),
             "PYTHONUNBUFFERED": "1",
             # Only the receiver logs in to Airflow's REST API (_receiver_env).
             "CDCLAKE_AIRFLOW_PASSWORD": "",
@@ -175,23 +186,36 @@ class LocalStack:
 
     @property
     def connect_address(self) -> tuple[str, int] | None:
-        """Where this stack runs its own Spark Connect server: the URL's port on a local host."""
-        url = urlsplit(self.settings.spark_connect_url)
-        if url.hostname not in ("127.0.0.1", "localhost"):
-            return None  # empty (spark-submit per task) or a server run elsewhere
-        return "127.0.0.1", url.port or 15002
+        """Where this stack runs its own Spark Connect server: the URL's port on a local host (None:
+        empty, spark-submit per task, or a server run elsewhere)."""
+        return local_address(self.settings.spark_connect_url, 15002)
+
+    @property
+    def query_address(self) -> tuple[str, int] | None:
+        """The same for the query API's own server (None: empty, the applies' shared, or elsewhere)."""
+        return local_address(self.settings.query_spark_connect_url, queryserver.DEFAULT_PORT)
+
+    @property
+    def spark_servers(self) -> dict[str, tuple[str, int]]:
+        """The Spark Connect servers this stack runs: component name -> address."""
+        named = {"spark-connect": self.connect_address, "spark-connect-query": self.query_address}
+        return {name: address for name, address in named.items() if address}
 
     # -------------------------------------------------------------- processes
 
-    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
-        self._specs[name] = (cmd, env)
+    def _spawn(
+        self, name: str, cmd: list[str], env: dict[str, str] | None = None, nice: int = 0, whole_env: bool = False
+    ) -> None:
+        """Start ``cmd`` in a session of its own with the stack's environment and ``env`` (with
+        ``whole_env``: ``env`` alone); ``nice``: its session's autogroup at that niceness too."""
+        self._specs[name] = (cmd, env, nice, whole_env)
         with private.owner_only():
             self.logs.mkdir(parents=True, exist_ok=True)
         # 0600 whatever this process's umask (a respawn runs outside start()).
         fd = os.open(self.logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self.procs[name] = subprocess.Popen(
             cmd,
-            env={**self.env(), **(env or {})},
+            env=dict(env or {}) if whole_env else {**self.env(), **(env or {})},
             cwd=PROJECT_ROOT,
             stdout=fd,
             stderr=subprocess.STDOUT,
@@ -200,6 +224,8 @@ class LocalStack:
             umask=private.UMASK,  # what each component creates is its owner's alone
         )
         os.close(fd)
+        if nice:
+            queryserver.lower_priority(self.procs[name].pid, nice)
 
     def respawn(self, name: str) -> None:
         """Start component ``name`` again, as it was first started (:mod:`cdclake.dev.supervise`)."""
@@ -213,8 +239,8 @@ class LocalStack:
             ("CDCLAKE_REST_PORT", s.rest_host, s.rest_port),
             *(("receiver_ports", s.receiver_host, p) for p in self.receiver_ports),
         ]
-        if self.connect_address:
-            checks.append(("CDCLAKE_SPARK_CONNECT_URL", *self.connect_address))
+        urls = {"spark-connect": "CDCLAKE_SPARK_CONNECT_URL", "spark-connect-query": "CDCLAKE_QUERY_SPARK_CONNECT_URL"}
+        checks += [(urls[name], *address) for name, address in self.spark_servers.items()]
         for var, host, port in checks:
             if not port_free(host, port):
                 raise RuntimeError(f"{host}:{port} is in use; stop what holds it or set {var}")
@@ -241,6 +267,11 @@ class LocalStack:
             self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
             self.env()  # makes the state folder's secrets, the server's token among them
             self._spawn("spark-connect", connect_server_command(s, host, port), connect_server_env(s))
+        if self.query_address:
+            host, port = self.query_address
+            self.say(f"starting the query API's Spark Connect server on sc://{host}:{port} (nice {s.query_spark_nice})")
+            cmd, env = queryserver.query_server_command(s, host, port), queryserver.query_server_environ(s, self.env())
+            self._spawn("spark-connect-query", cmd, env, nice=s.query_spark_nice, whole_env=True)
         from cdclake.lake import bootstrap
 
         # Buckets, catalog tables, producer tokens and Airflow's schema: what `cdclake init` does.
@@ -257,19 +288,8 @@ class LocalStack:
             env = {**self._receiver_env(), "CDCLAKE_RECEIVER_PORT": str(port)}
             self._spawn(f"receiver-{i}", [sys.executable, "-m", "receiver"], env)
         self._spawn("rest-catalog", [sys.executable, "-m", "restcatalog"])
-        self._spawn(
-            "airflow-api-server",
-            [
-                bin_path("airflow"),
-                "api-server",
-                "--host",
-                s.airflow_host,
-                "--port",
-                str(s.airflow_port),
-                "--workers",
-                "1",
-            ],
-        )
+        api_server = ["api-server", "--host", s.airflow_host, "--port", str(s.airflow_port), "--workers", "1"]
+        self._spawn("airflow-api-server", [bin_path("airflow"), *api_server])
         self._spawn("airflow-scheduler", [bin_path("airflow"), "scheduler", "--skip-serve-logs"])
         self._spawn("airflow-dag-processor", [bin_path("airflow"), "dag-processor"])
         self.wait_receiver()
@@ -317,15 +337,14 @@ class LocalStack:
         raise RuntimeError(f"REST catalog not answering after {timeout:.0f}s; see {self.logs / 'rest-catalog.log'}")
 
     def wait_spark_connect(self, timeout: float = 180.0) -> None:
-        if not self.connect_address:
-            return
+        """Until each Spark Connect server of the stack listens."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self._assert_running()
-            if not port_free(*self.connect_address):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"Spark Connect not listening after {timeout:.0f}s; see {self.logs / 'spark-connect.log'}")
+        for name, address in self.spark_servers.items():
+            while port_free(*address):
+                self._assert_running()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} not listening after {timeout:.0f}s; see {self.logs / (name + '.log')}")
+                time.sleep(0.5)
 
     def _assert_running(self) -> None:
         for name, p in self.procs.items():

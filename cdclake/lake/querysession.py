@@ -1,16 +1,18 @@
 """A Spark session for one client's query: what it may reach is decided by the catalog it is
 given, not by the statement.
 
-The Spark Connect server holds the apply's writing catalog (JDBC, with the catalog database's
-login). A query session never sees it: its catalog of the same name is Iceberg's REST catalog
+The session is made on the query API's own Spark Connect server (cdclake.lake.queryserver), whose
+JVM holds no catalog and no catalog database login at all, or, when
+CDCLAKE_QUERY_SPARK_CONNECT_URL is empty, on the applies' server, which holds the apply's writing
+catalog (JDBC, with the login). Either way, its catalog of the same name is Iceberg's REST catalog
 pointed at cdclake's own REST server with a short-lived **read-only** token carrying the
 client's ``tables`` patterns, so every table it loads is one the REST server lets that client
 read, and a write through it (a commit, a create, a drop, a rename) is refused by that server
 whatever statement asked for it. The session also cannot read files by path
 (``spark.sql.runSQLOnFiles``), caches no table between statements (Iceberg's caching catalog
 would keep answering from a 30-second-old snapshot), runs no SQL scripts, and puts its jobs in
-the ``cdclake-queries`` scheduler pool, which the Connect server fills after the applies'
-(:mod:`cdclake.lake.scheduler`).
+the ``cdclake-queries`` scheduler pool (on a shared server, the Connect server fills it after
+the applies': :mod:`cdclake.lake.scheduler`).
 
 Each query gets a new session and releases it after: nothing one query sets or creates
 (temporary views, configuration, current namespace) can be seen by the next.
@@ -56,9 +58,9 @@ UNREACHABLE_RETRY = {"max_retries": 3, "initial_backoff": 50, "backoff_multiplie
 """A query's wait for a Spark Connect server out of reach: about a second, then 503 (pyspark's
 default waits 10 minutes, holding the statement's slot and the client's connection)."""
 
-# What the server's catalog has that the REST one must not inherit: the catalog database's
+# What a shared server's catalog has that the REST one must not inherit: the catalog database's
 # address and login. FileIO settings (an S3 endpoint and keys) are kept: the engine reads the
-# data files with them.
+# data files with them (the query server has those alone).
 _SERVER_ONLY = (".uri", ".jdbc.", ".catalog-impl", ".type", ".warehouse")
 
 
@@ -94,13 +96,14 @@ def release(spark: SparkSession) -> None:
 
 @contextlib.contextmanager
 def query_session(settings: Settings, token: str) -> Iterator[SparkSession]:
-    """A new confined Spark Connect session on ``settings.spark_connect_url``, released after."""
-    from cdclake.lake.spark import connect_session, connect_token
+    """A new confined Spark Connect session on the query server (else the applies' server),
+    released after."""
+    from cdclake.lake.queryserver import query_engine
+    from cdclake.lake.spark import connect_session
 
+    url, server_token = query_engine(settings)
     # Not marking the process a Connect client: the query engine uses no pyspark.sql.functions.
-    spark = connect_session(
-        settings.spark_connect_url, connect_token(settings), retry=UNREACHABLE_RETRY, mark_process=False
-    )
+    spark = connect_session(url, server_token, retry=UNREACHABLE_RETRY, mark_process=False)
     # Reattachable execution releases each finished operation later, from a thread pool: after
     # this session is released, those calls fail on the server (logged as errors there).
     cast(Any, spark).client.disable_reattachable_execute()

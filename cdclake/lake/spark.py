@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -50,6 +50,9 @@ def jar_paths(settings: Settings) -> list[str]:
     return found
 
 
+EXTENSIONS = {"spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"}
+
+
 def catalog_conf(settings: Settings) -> dict[str, str]:
     """Spark properties that attach the shared Iceberg catalog."""
     c = f"spark.sql.catalog.{settings.catalog_name}"
@@ -57,7 +60,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     auth = {f"{c}.jdbc.user": creds[0], f"{c}.jdbc.password": creds[1]} if creds else {}
     return {
         **auth,
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        **EXTENSIONS,
         c: "org.apache.iceberg.spark.SparkCatalog",
         f"{c}.type": "jdbc",
         f"{c}.uri": settings.jdbc_url,
@@ -69,7 +72,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         # session) never saw a newer snapshot. Every statement loads the table's current metadata.
         f"{c}.cache-enabled": "false",
         "spark.sql.defaultCatalog": settings.catalog_name,
-        **_s3fileio_conf(settings, c),
+        **s3fileio_conf(settings),
     }
 
 
@@ -77,11 +80,13 @@ def uses_s3(settings: Settings) -> bool:
     return settings.warehouse_on_s3 or settings.staging_url.startswith("s3://")
 
 
-def _s3fileio_conf(settings: Settings, c: str) -> dict[str, str]:
-    """Iceberg's own S3 client (S3FileIO, iceberg-aws-bundle) for an S3 warehouse. The properties
-    travel inside each table's FileIO to the executors, so workers need no S3 configuration."""
+def s3fileio_conf(settings: Settings) -> dict[str, str]:
+    """Iceberg's own S3 client (S3FileIO, iceberg-aws-bundle) for an S3 warehouse, as properties
+    of the lake's catalog. They travel inside each table's FileIO to the executors, so workers
+    need no S3 configuration."""
     if not settings.warehouse_on_s3:
         return {}
+    c = f"spark.sql.catalog.{settings.catalog_name}"
     out = {
         f"{c}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
         f"{c}.client.region": settings.s3_region,
@@ -155,8 +160,12 @@ def cluster_conf(settings: Settings) -> dict[str, str]:
 
 def job_conf(settings: Settings) -> dict[str, str]:
     """Catalog plus the settings a micro-batch job wants on a small machine."""
+    return {**catalog_conf(settings), **driver_conf(settings), **s3a_conf(settings), **cluster_conf(settings)}
+
+
+def driver_conf(settings: Settings) -> dict[str, str]:
+    """What every driver JVM of cdclake's is given, with or without a catalog."""
     return {
-        **catalog_conf(settings),
         # Micro-batches are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
         "spark.sql.shuffle.partitions": "4",
         # A run reads its staging objects by name; past 32 names Spark lists them in a job of one
@@ -181,8 +190,6 @@ def job_conf(settings: Settings) -> dict[str, str]:
         # inside quoted identifiers and literals: a producer's column `${env:CDCLAKE_S3_SECRET_KEY}`
         # would have become the secret. Statements here never use variables.
         "spark.sql.variable.substitute": "false",
-        **s3a_conf(settings),
-        **cluster_conf(settings),
     }
 
 
@@ -255,14 +262,15 @@ def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
 def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: int = 15002) -> list[str]:
     """``spark-submit`` of the Spark Connect server: one long-lived driver JVM with the catalog
     and jars, so a job pays a session (milliseconds) instead of a JVM start (~10 s here). Start
-    it with :func:`connect_server_env` added to its environment (the token)."""
-    import shutil
-    import sys
+    it with :func:`connect_server_env` added to its environment (the token). The query API's own
+    server is :func:`cdclake.lake.queryserver.query_server_command`."""
+    conf = {**jar_conf(settings), **job_conf(settings), **scheduler_conf(settings)}
+    return server_command(settings, "cdclake-spark-connect", {**conf, **connect_conf(settings, host, port)})
 
-    spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
-    conf = {
-        **job_conf(settings),
-        **scheduler_conf(settings),
+
+def connect_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
+    """A Spark Connect server's own settings: where it listens, how long it keeps a session."""
+    return {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         # Sessions of finished tasks are released by the client; an abandoned one (a killed task)
@@ -271,8 +279,17 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
         # gRPC would otherwise listen on an IPv6 socket (::ffff:127.0.0.1).
         "spark.driver.extraJavaOptions": f"{settings.spark_java_options} -Djava.net.preferIPv4Stack=true".strip(),
     }
-    public, credentials = split_credentials({**jar_conf(settings), **conf})
-    cmd = [spark_submit, "--master", settings.spark_master, "--name", "cdclake-spark-connect"]
+
+
+def server_command(settings: Settings, name: str, conf: Mapping[str, str], prefix: Sequence[str] = ()) -> list[str]:
+    """``spark-submit`` of a Spark Connect server on ``settings.spark_master`` with ``conf``, its
+    credentials in a properties file (never the command line), after ``prefix`` (``nice -n 19``)."""
+    import shutil
+    import sys
+
+    spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or "spark-submit"
+    public, credentials = split_credentials(conf)
+    cmd = [*prefix, spark_submit, "--master", settings.spark_master, "--name", name]
     properties = credentials_file(settings, credentials)
     if properties is not None:
         cmd += ["--properties-file", str(properties)]
@@ -294,9 +311,11 @@ def connect_token_path(settings: Settings) -> Path:
 def connect_token(settings: Settings, create: bool = False) -> str:
     """CDCLAKE_SPARK_CONNECT_TOKEN, else the token the embedded stack keeps in the state folder
     (made with ``create``), else empty (the server then accepts anyone who reaches it)."""
-    if settings.spark_connect_token:
-        return settings.spark_connect_token
-    path = connect_token_path(settings)
+    return settings.spark_connect_token or stored_token(connect_token_path(settings), create)
+
+
+def stored_token(path: Path, create: bool = False) -> str:
+    """The token kept in ``path`` (owner-only), made there with ``create``; else empty."""
     if create:
         return read_or_create(path, lambda: _new_token())
     return path.read_text().strip() if path.exists() else ""

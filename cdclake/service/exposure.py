@@ -60,3 +60,13 @@ def connect_refusal(settings: Settings, host: str) -> str | None:
         configured=bool(settings.spark_connect_token),
         harm="run code in the Spark driver, with the catalog's and the store's credentials",
     )
+
+
+def query_connect_refusal(settings: Settings, host: str) -> str | None:
+    return refusal(
+        "the query Spark Connect host",
+        host,
+        "CDCLAKE_QUERY_SPARK_CONNECT_TOKEN",
+        configured=bool(settings.query_spark_connect_token),
+        harm="run code in the query engine's driver, with the store's credentials",
+    )

@@ -205,6 +205,7 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         receiver_port=free_port(),
         airflow_port=free_port(),
         spark_connect_url=url,
+        query_spark_connect_url="",  # no queries here: no query server
         # "-nodrain": one pass per DAG run, as before CDCLAKE_APPLY_DRAIN_S (the baseline).
         **({"apply_drain_s": 0} if mode.endswith("-nodrain") else {}),
         # "-tasksN": the tables in N apply tasks (CDCLAKE_APPLY_TASKS), each applying its group in turn.

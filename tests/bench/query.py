@@ -35,25 +35,34 @@ AGGREGATE = "SELECT status, count(*) AS n, sum(amount) AS total FROM {t} GROUP B
 
 
 @contextmanager
-def connect_server(settings: Any, conf: Mapping[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """The project's Spark Connect server (``connect_server_command``) on ``settings``' URL, its
-    process yielded once it listens; ``conf`` overrides the command's Spark settings (a later
-    ``--conf`` of the same key wins in spark-submit)."""
+def connect_server(
+    settings: Any, conf: Mapping[str, str] | None = None, role: str = "apply", own_session: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The project's Spark Connect server (``connect_server_command``; ``role="query"``: the query
+    API's own, ``query_server_command``) on ``settings``' URL, its process yielded once it
+    listens; ``conf`` overrides the command's Spark settings (a later ``--conf`` of the same key
+    wins in spark-submit). ``own_session``: started as the embedded stack starts its components,
+    each in a session (and autogroup) of its own, the query server's at its niceness."""
+    from cdclake.lake.queryserver import lower_priority, query_server_command, query_server_environ
     from cdclake.lake.spark import connect_server_command, connect_server_env
 
-    host, port = "127.0.0.1", int(settings.spark_connect_url.rsplit(":", 1)[1])
+    query = role == "query"
+    url = settings.query_spark_connect_url if query else settings.spark_connect_url
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "SPARK_LOCAL_IP": "127.0.0.1",
-        **connect_server_env(settings),
     }
-    log = settings.home / "connect.log"
-    cmd = connect_server_command(settings, host, port)
+    env = query_server_environ(settings, env) if query else {**env, **connect_server_env(settings)}
+    log = settings.home / ("connect-query.log" if query else "connect.log")
+    cmd = (query_server_command if query else connect_server_command)(settings, host, port)
     at = cmd.index("--class")
     cmd[at:at] = [arg for k, v in (conf or {}).items() for arg in ("--conf", f"{k}={v}")]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=own_session)
+    if query and own_session:
+        lower_priority(proc.pid, settings.query_spark_nice)
     try:
         deadline = time.monotonic() + 240
         while "Spark Connect server started" not in log.read_text(errors="replace"):
@@ -103,7 +112,11 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-bench-query-"))
     os.environ["CDCLAKE_HOME"] = str(home)
-    settings = load({"CDCLAKE_HOME": str(home), "CDCLAKE_SPARK_CONNECT_URL": f"sc://127.0.0.1:{free_port()}"})
+    # The query API on the same server as the session of (2): both paths on one JVM.
+    url = f"sc://127.0.0.1:{free_port()}"
+    settings = load(
+        {"CDCLAKE_HOME": str(home), "CDCLAKE_SPARK_CONNECT_URL": url, "CDCLAKE_QUERY_SPARK_CONNECT_URL": ""}
+    )
     rng = random.Random(7)
     keys = [str(rng.randrange(args.rows)) for _ in range(args.repeat + 3)]
     with connect_server(settings):

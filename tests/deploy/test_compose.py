@@ -47,7 +47,10 @@ TEST_SECRETS = {
     "CDCLAKE_AIRFLOW_PASSWORD": "test-receiver-pw",
     "REST_CATALOG_SECRET": "test-rest-secret",
     "CDCLAKE_SPARK_CONNECT_TOKEN": "test-connect-token",
+    "CDCLAKE_QUERY_SPARK_CONNECT_TOKEN": "test-query-connect-token",
 }
+QUERY_SERVER = "spark-connect-query"
+"""The query API's Spark Connect server: on purpose, not every shared setting (no catalog login)."""
 
 
 class Refused(Exception):
@@ -159,7 +162,7 @@ def listening_ports(name: str, svc: Mapping[str, Any]) -> set[int]:
         return {load(env).receiver_port}
     if name == "rest-catalog":
         return {load(env).rest_port}
-    if name == "airflow-api-server" or name == "spark-connect":
+    if name in ("airflow-api-server", "spark-connect", QUERY_SERVER):
         return {int(opt(cmd, "--port"))}
     if name == "spark-master":
         return {int(opt(cmd, "--port")), int(opt(cmd, "--webui-port"))}
@@ -203,7 +206,7 @@ def run_entry_point(
 def test_services_images_commands_and_references() -> None:
     data = compose()
     svcs = data["services"]
-    expected = {"seaweedfs", "postgres", "cdclake-init", "spark-master", "spark-worker", "spark-connect"}
+    expected = {"seaweedfs", "postgres", "cdclake-init", "spark-master", "spark-worker", "spark-connect", QUERY_SERVER}
     assert expected | {"receiver", "rest-catalog", *AIRFLOW} <= set(svcs)
     for name, svc in svcs.items():
         image = svc.get("image", "")
@@ -249,7 +252,7 @@ def test_dockerfile_builds_what_the_commands_run() -> None:
 def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
     for env_file in (TEST_SECRETS, env_file_values()):
         found = cdclake_services(services(env_file))
-        expected = {"cdclake-init", "receiver", "rest-catalog", "spark-connect", *AIRFLOW}
+        expected = {"cdclake-init", "receiver", "rest-catalog", "spark-connect", QUERY_SERVER, *AIRFLOW}
         assert expected <= set(found)
         for name, env in found.items():
             unknown = {k for k in env if k.startswith("CDCLAKE_")} - FIELDS
@@ -259,6 +262,7 @@ def test_every_cdclake_variable_is_a_real_setting_and_loads() -> None:
 
 def test_services_agree_on_storage_catalog_and_spark() -> None:
     found = {n: load(env) for n, env in cdclake_services(services()).items()}
+    query_server = found.pop(QUERY_SERVER)
     shared = [
         "staging_url",
         "warehouse",
@@ -282,6 +286,13 @@ def test_services_agree_on_storage_catalog_and_spark() -> None:
             assert getattr(s, field) == getattr(ref, field), f"{name}.{field} differs from the receiver's"
     assert ref.staging_url.startswith("s3://") and ref.warehouse.startswith("s3://")
     assert ref.s3_access_key and ref.s3_secret_key and not ref.spark_ship_jars
+    # The query server reads the data files the others write, through the same catalog name.
+    for field in ("warehouse", "s3_endpoint", "s3_region", "s3_path_style", "s3_access_key", "s3_secret_key"):
+        assert getattr(query_server, field) == getattr(ref, field), f"{QUERY_SERVER}.{field} differs"
+    assert (query_server.catalog_name, query_server.query_spark_connect_url) == (
+        ref.catalog_name,
+        ref.query_spark_connect_url,
+    )
 
 
 def test_s3_endpoint_is_the_object_store() -> None:
@@ -306,6 +317,9 @@ def test_catalog_and_airflow_databases_are_on_postgres() -> None:
     pg = env_of(svcs["postgres"])
     created = re.findall(r"CREATE DATABASE (\w+)", (ROOT / "scripts/postgres-init.sql").read_text())
     for name, env in cdclake_services(svcs).items():
+        if name == QUERY_SERVER:  # no database at all (test_the_query_api_runs_on_a_server_of_its_own...)
+            assert not any("postgres" in v for v in env.values())
+            continue
         s = load(env)
         for url, dbs in ((s.catalog_url, [pg["POSTGRES_DB"]]), (s.airflow_db_url, created)):
             u = urlsplit(url)
@@ -327,7 +341,9 @@ def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.Mo
     url = f"spark://spark-master:{opt(master, '--port')}"
     run_entry_point(monkeypatch, spark_node, master, {})
     for name, env in cdclake_services(svcs).items():
-        assert load(env).spark_master == url, name
+        if name != QUERY_SERVER:  # Spark local: its driver, at its priority, runs its tasks
+            assert load(env).spark_master == url, name
+    assert load(env_of(svcs[QUERY_SERVER])).spark_master.startswith("local[")
     for name in AIRFLOW:
         conn = json.loads(env_of(svcs[name])["AIRFLOW_CONN_SPARK_DEFAULT"])
         assert conn == {"conn_type": "spark", "host": url}, name
@@ -402,7 +418,7 @@ def test_airflow_components_and_receiver_find_each_other() -> None:
     assert s.airflow_user != "admin" and users[s.airflow_user] == "op"
     assert s.airflow_password == envs["cdclake-init"]["CDCLAKE_AIRFLOW_PASSWORD"]
     assert s.airflow_password != envs["cdclake-init"]["AIRFLOW_ADMIN_PASSWORD"]
-    for name in ("rest-catalog", "spark-connect", *AIRFLOW):
+    for name in ("rest-catalog", "spark-connect", QUERY_SERVER, *AIRFLOW):
         assert "CDCLAKE_AIRFLOW_PASSWORD" not in env_of(svcs[name]), f"{name} has the receiver's Airflow login"
 
 
@@ -583,9 +599,43 @@ def test_spark_connect_takes_a_token_that_its_clients_have(monkeypatch: pytest.M
     assert token == TEST_SECRETS["CDCLAKE_SPARK_CONNECT_TOKEN"]
     for name in AIRFLOW:  # the tasks are the clients
         assert load(env_of(svcs[name])).spark_connect_token == token, name
-    for name in ("receiver", "rest-catalog"):
+    for name in ("receiver", "rest-catalog", QUERY_SERVER):
         assert not load(env_of(svcs[name])).spark_connect_token, f"{name} does not need the Connect token"
     exec_env: dict[str, str] = {}
     cmd = run_entry_point(monkeypatch, connect_server, argv(svc), env_of(svc), exec_env)
     assert exec_env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == token
     assert token not in " ".join(cmd)
+
+
+def test_the_query_api_runs_on_a_server_of_its_own_with_no_catalog_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    """rest-catalog sends its statements to spark-connect-query, which it alone holds the token
+    of; that server's container has no catalog database URL or password, and its JVM runs at
+    nice 19 with no JDBC catalog and a CPU weight below the others'."""
+    from cdclake.orchestration import connect_server
+
+    svcs = services()
+    svc, rest = svcs[QUERY_SERVER], load(env_of(svcs["rest-catalog"]))
+    url = urlsplit(rest.query_connect_url)
+    assert (url.scheme, url.hostname) == ("sc", QUERY_SERVER) and rest.query_connect_url != rest.spark_connect_url
+    cmd = argv(svc)
+    assert cmd[3:5] == ["--role", "query"] and (opt(cmd, "--host"), int(opt(cmd, "--port"))) == ("0.0.0.0", url.port)
+    assert healthcheck_port(svc) == url.port and not svc.get("ports"), "only the compose network reaches it"
+    assert int(svc["cpu_shares"]) < 1024
+    token = TEST_SECRETS["CDCLAKE_QUERY_SPARK_CONNECT_TOKEN"]
+    assert rest.query_spark_connect_token == token
+    for name, env in cdclake_services(svcs).items():
+        if name not in ("rest-catalog", QUERY_SERVER):
+            assert not load(env).query_spark_connect_token, f"{name} does not need the query server's token"
+    env = env_of(svc)
+    assert not {"CDCLAKE_CATALOG_URL", "CDCLAKE_AIRFLOW_DB_URL", "CDCLAKE_SPARK_CONNECT_TOKEN"} & set(env)
+    assert not any(TEST_SECRETS["POSTGRES_PASSWORD"] in v for v in env.values())
+
+    monkeypatch.setattr(connect_server, "lower_priority", lambda pid, nice: True)  # not this test process
+    exec_env: dict[str, str] = {}
+    jvm = run_entry_point(monkeypatch, connect_server, cmd, env, exec_env)
+    assert jvm[:3] == ["nice", "-n", "19"]
+    assert exec_env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == token and token not in " ".join(jvm)
+    assert not [k for k in exec_env if k.startswith("CDCLAKE_")]
+    text = " ".join(jvm) + "".join(Path(p).read_text() for p in jvm[jvm.index("--properties-file") + 1 :][:1])
+    assert ".jdbc." not in text and "jdbc:" not in text and "postgres" not in text
+    assert opt(jvm, "--master").startswith("local[")

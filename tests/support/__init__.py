@@ -20,7 +20,10 @@ from cdclake.lake.spark import catalog_conf
 
 
 def make_settings(home: Path, **overrides: Any) -> Settings:
-    return load({"CDCLAKE_HOME": str(home)}, **overrides)
+    """Settings in ``home``; the query API on the applies' Spark Connect server unless
+    ``query_spark_connect_url`` says otherwise (:func:`running_stack` gives it a server of its own,
+    as ``cdclake up`` does), never on the default port of the machine's own stack."""
+    return load({"CDCLAKE_HOME": str(home), "CDCLAKE_QUERY_SPARK_CONNECT_URL": ""}, **overrides)
 
 
 def stage(
@@ -49,17 +52,19 @@ def stage(
 
 @contextlib.contextmanager
 def running_stack(home: Path, dags_paused: bool = False, **overrides: Any) -> Iterator[Any]:
-    """The embedded stack (LocalStack) on free 127.0.0.1 ports; nothing it started may outlive it."""
+    """The embedded stack (LocalStack) on free 127.0.0.1 ports, with the query API's own Spark
+    Connect server as ``cdclake up`` runs it (``query_spark_connect_url=""``: none, the queries on
+    the applies' server); nothing it started may outlive it."""
     from cdclake.dev.stack import LocalStack, free_port
 
-    settings = make_settings(
-        home,
-        receiver_port=free_port(),
-        airflow_port=free_port(),
-        rest_port=free_port(),
-        spark_connect_url=f"sc://127.0.0.1:{free_port()}",
-        **overrides,
-    )
+    ports = {
+        "receiver_port": free_port(),
+        "airflow_port": free_port(),
+        "rest_port": free_port(),
+        "spark_connect_url": f"sc://127.0.0.1:{free_port()}",
+        "query_spark_connect_url": f"sc://127.0.0.1:{free_port()}",
+    }
+    settings = make_settings(home, **{**ports, **overrides})
     s = LocalStack(settings, dags_paused=dags_paused)
     with s:
         yield s

@@ -232,6 +232,8 @@ class Cluster:
                 "airflow_port": free_port(),
                 "rest_port": free_port(),
                 "spark_connect_url": f"sc://127.0.0.1:{free_port()}",
+                # The query API's own server, as `cdclake up` runs it (Spark local, off the cluster).
+                "query_spark_connect_url": f"sc://127.0.0.1:{free_port()}",
                 **self.overrides,
             },
         )
