@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
 
 PY := .venv/bin/python
 
@@ -44,6 +44,10 @@ lint: setup
 lock:
 	@.venv/bin/uv pip compile -q --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
 		--generate-hashes requirements.in -o requirements.lock
+
+# docs/settings.md and .env.example from the settings' fields (tests/config fails while they are stale).
+settings-doc:
+	@$(PY) -m cdclake.dev.settingsdoc
 
 clean-state:
 	rm -rf .cdclake
