@@ -12,15 +12,14 @@ file when the setting names one that does not exist (cdclake.lake.bootstrap).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdclake.config.tokenfile import TokensFileError, read_tokens_file
+from cdclake.config.tokenfile import sha256_hex as _hash
 
-class TokensFileError(ValueError):
-    pass
+__all__ = ["Producer", "Tokens", "TokensFileError"]
 
 
 @dataclass(frozen=True)
@@ -33,21 +32,13 @@ class Producer:
         return "*" in self.tables or table.lower() in self.tables
 
 
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 class Tokens:
     def __init__(self, by_hash: dict[str, Producer]) -> None:
         self._by_hash = by_hash
 
     @classmethod
     def load(cls, path: Path) -> Tokens:
-        where = f"CDCLAKE_TOKENS_FILE ({path})"
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise TokensFileError(f"{where}: {exc}") from None
+        data, where = read_tokens_file(path, "CDCLAKE_TOKENS_FILE")
         by_hash: dict[str, Producer] = {}
         for i, entry in enumerate(data.get("producer", [])):
             at = f"{where}: producer[{i}]"

@@ -31,15 +31,14 @@ import hmac
 import json
 import os
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdclake.config.tokenfile import TokensFileError, read_tokens_file
+from cdclake.config.tokenfile import sha256_hex as _hash
 from restcatalog import patterns
 
-
-class TokensFileError(ValueError):
-    pass
+__all__ = ["ANYONE", "Access", "Client", "Tokens", "TokensFileError", "basic_credentials"]
 
 
 class Access(enum.IntEnum):
@@ -82,10 +81,6 @@ ANYONE = Client("anyone", Access.WRITE)
 """The client of a server without a tokens file."""
 
 
-def _hash(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 def _b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
@@ -112,11 +107,7 @@ class Tokens:
 
     @classmethod
     def load(cls, path: Path, ttl_s: int) -> Tokens:
-        where = f"CDCLAKE_REST_TOKENS_FILE ({path})"
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise TokensFileError(f"{where}: {exc}") from None
+        data, where = read_tokens_file(path, "CDCLAKE_REST_TOKENS_FILE")
         by_token: dict[str, Client] = {}
         by_id: dict[str, tuple[str, Client]] = {}
         for i, entry in enumerate(data.get("client", [])):

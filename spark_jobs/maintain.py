@@ -26,6 +26,7 @@ from cdclake.contracts.events import TOMBSTONES_SUFFIX
 from cdclake.contracts.watermark import newest_carrying
 from cdclake.lake.locks import table_lock
 from spark_jobs.job import commit_or_validation_failure, report, run_main, with_retries
+from spark_jobs.sqltext import string_literal
 
 T = TypeVar("T")
 TARGET_FILE_SIZE = 128 * 1024 * 1024  # the seed's targetFileSizeBytes
@@ -43,10 +44,6 @@ def _rows(spark: SparkSession, sql: str) -> list[dict[str, Any]]:
 
 def _options(values: dict[str, Any]) -> str:
     return "map(" + ", ".join(f"'{k}', '{v}'" for k, v in values.items()) + ")"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def refresh_tables(spark: SparkSession, idents: Sequence[str]) -> None:
@@ -79,10 +76,10 @@ def compact(
         # Rewrite the files that carry deletes too: merge-on-read leaves them behind.
         "delete-file-threshold": 1,
     }
-    args = [f"table => {_quote(ident)}", f"strategy => '{'sort' if sorted_table else 'binpack'}'"]
+    args = [f"table => {string_literal(ident)}", f"strategy => '{'sort' if sorted_table else 'binpack'}'"]
     args.append(f"options => {_options(opts)}")
     if where:
-        args.append(f"where => {_quote(where)}")
+        args.append(f"where => {string_literal(where)}")
     out: dict[str, Any] = {"table": table, "strategy": "sort" if sorted_table else "binpack"}
     with table_lock(settings, table, "compaction", say=print) as owner:
         out["lock"] = owner
@@ -96,14 +93,14 @@ def compact(
             f"rewrite_position_delete_files {table}",
             lambda: _rows(
                 spark,
-                f"CALL {c}.system.rewrite_position_delete_files(table => {_quote(ident)}, "
+                f"CALL {c}.system.rewrite_position_delete_files(table => {string_literal(ident)}, "
                 f"options => map('rewrite-all', 'true'))",
             ),
         )
         out["position_delete_files"] = deletes[0] if deletes else {}
         manifests = _retried(
             f"rewrite_manifests {table}",
-            lambda: _rows(spark, f"CALL {c}.system.rewrite_manifests(table => {_quote(ident)})"),
+            lambda: _rows(spark, f"CALL {c}.system.rewrite_manifests(table => {string_literal(ident)})"),
         )
         out["manifests"] = manifests[0] if manifests else {}
     return out
@@ -181,7 +178,7 @@ def expire(
                 f"expire_snapshots {table}",
                 lambda: _rows(
                     spark,
-                    f"CALL {c}.system.expire_snapshots(table => {_quote(ident)}, "
+                    f"CALL {c}.system.expire_snapshots(table => {string_literal(ident)}, "
                     f"older_than => TIMESTAMP '{_ts(cutoff)}', retain_last => {retain_last})",
                 ),
             )
@@ -189,7 +186,7 @@ def expire(
         if orphans_older_than is not None:
             orphans = _rows(
                 spark,
-                f"CALL {c}.system.remove_orphan_files(table => {_quote(ident)}, "
+                f"CALL {c}.system.remove_orphan_files(table => {string_literal(ident)}, "
                 f"older_than => TIMESTAMP '{_ts(orphans_older_than)}', dry_run => {str(dry_run).lower()})",
             )
             out["orphan_files"] = [r["orphan_file_location"] for r in orphans]

@@ -59,11 +59,6 @@ def _order(name: str) -> bytes:
     return name.encode("utf-16-be", "surrogatepass")
 
 
-def infer(value: Any) -> Type:
-    """The type of one decoded JSON value (as msgspec or json decode it)."""
-    return column(type(value), [value])
-
-
 def column(kind: type, values: list[Any]) -> Type:
     """The merged type of ``values``, all of Python type ``kind``. By column, not by value:
     the receiver types every event it lands, and a value-by-value walk cost as much as the

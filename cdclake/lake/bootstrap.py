@@ -15,7 +15,6 @@ holds are the owner's alone, folders 0700 and files 0600 (cdclake.config.private
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -27,6 +26,7 @@ from pathlib import Path
 from cdclake.config.private import make_private, owner_only
 from cdclake.config.secretfile import create_private, private_temp, write_private
 from cdclake.config.settings import PROJECT_ROOT, Settings, SettingsError
+from cdclake.config.tokenfile import sha256_hex
 
 PRODUCER_ID = "default"
 """The producer ``cdclake init`` makes a token for (its batches' ``source``, Debezium's too)."""
@@ -113,7 +113,7 @@ def ensure_producer_tokens(settings: Settings, say: Callable[[str], None]) -> Pa
         return None
     token = secrets.token_urlsafe(32)
     secret = token_path(path)
-    digest = hashlib.sha256(token.encode()).hexdigest()
+    digest = sha256_hex(token)
     entry = f'[[producer]]\nid = "{PRODUCER_ID}"\ntoken_sha256 = "{digest}"\ntables = ["*"]\n'
     try:
         # The token is on disk before its hash is valid; it takes its name only if this call
@@ -138,7 +138,7 @@ def write_airflow_passwords(path: Path, passwords: Mapping[str, str]) -> None:
 
 def write_rest_client(path: Path, client_id: str, secret: str) -> None:
     """A REST catalog clients file (CDCLAKE_REST_TOKENS_FILE) with one write client, by hash."""
-    digest = hashlib.sha256(secret.encode()).hexdigest()
+    digest = sha256_hex(secret)
     write_private(path, f'[[client]]\nid = {json.dumps(client_id)}\naccess = "write"\nsecret_sha256 = "{digest}"\n')
 
 
