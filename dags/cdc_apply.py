@@ -47,7 +47,8 @@ A table whose metadata file cannot be read (lost, or not Iceberg metadata) has n
 watermark: the plan leaves it out with a `TABLE UNREADABLE <table>` error line and applies the
 others; `cdc_freshness` fails naming it until its metadata is restored or the table dropped.
 
-**Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run).
+**Params:** `tables` (empty = all with pending data), `max_objects` (cap per table and run;
+empty = `CDCLAKE_MAX_OBJECTS_PER_RUN`).
 The task log of each mapped `apply` task has a `CDCLAKE_RESULT {...}` line per table and pass: objects
 consumed, events received = applied + duplicate + superseded + late + quarantined, and the
 wall seconds of each phase.
@@ -74,7 +75,14 @@ wall seconds of each phase.
     },
     params={
         "tables": Param([], type="array", items={"type": "string"}, description="Tables to apply; empty = all"),
-        "max_objects": Param(1000, type="integer", minimum=1, description="Staging objects per table and run"),
+        # No number here: a default would shadow CDCLAKE_MAX_OBJECTS_PER_RUN, which plan() reads
+        # where the task runs when the run leaves this empty.
+        "max_objects": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            description="Staging objects per table and run; empty: CDCLAKE_MAX_OBJECTS_PER_RUN",
+        ),
     },
 )
 def cdc_apply() -> None:

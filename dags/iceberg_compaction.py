@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import Param, dag, task
 
+from cdclake.config.maintenance import MIN_INPUT_FILES, TARGET_FILE_SIZE_BYTES
 from cdclake.orchestration.dag_support import failure_logger
 from cdclake.orchestration.submit import spark_job_operator
 
@@ -61,8 +62,12 @@ group in turn (`spark_jobs/group.py`).
         "tables": Param(
             [], type="array", items={"type": "string"}, description="Tables to compact; empty = candidates"
         ),
-        "target_file_size_bytes": Param(134217728, type="integer", minimum=1024, description="Target data file size"),
-        "min_input_files": Param(5, type="integer", minimum=1, description="Small files in a partition to compact it"),
+        "target_file_size_bytes": Param(
+            TARGET_FILE_SIZE_BYTES, type="integer", minimum=1024, description="Target data file size"
+        ),
+        "min_input_files": Param(
+            MIN_INPUT_FILES, type="integer", minimum=1, description="Small files in a partition to compact it"
+        ),
         "partial_progress": Param(True, type="boolean", description="Commit file groups as they finish"),
         "where": Param(
             None, type=["null", "string"], description="Optional Spark SQL filter: compact only matching rows' files"
@@ -80,8 +85,8 @@ def iceberg_compaction() -> None:
 
         p = params or {}
         settings = load()
-        target = int(p.get("target_file_size_bytes") or 134217728)
-        min_files = int(p.get("min_input_files") or 5)
+        target = int(p.get("target_file_size_bytes") or TARGET_FILE_SIZE_BYTES)
+        min_files = int(p.get("min_input_files") or MIN_INPUT_FILES)
         only = list(p.get("tables") or [])
         # Asked-for tables are compacted even when they are not candidates (the user knows why).
         found = compaction_candidates(settings, min_files if not only else 1, target, only or None)

@@ -8,6 +8,12 @@ from typing import Any
 
 from airflow.sdk import Param, dag, get_current_context, task
 
+from cdclake.config.maintenance import (
+    ORPHAN_MIN_AGE_HOURS,
+    RETAIN_LAST,
+    SNAPSHOT_MAX_AGE_HOURS,
+    STAGING_RETENTION_HOURS,
+)
 from cdclake.orchestration.dag_support import failure_logger
 from cdclake.orchestration.submit import spark_job_operator
 
@@ -42,8 +48,6 @@ in turn (`spark_jobs/group.py`).
 `staging_retention_hours`, `dry_run`.
 """
 
-MIN_ORPHAN_AGE_H = 72
-
 
 def _interval_end() -> datetime:
     """The run's data interval end; a manual run (no interval in Airflow 3) uses its run_after.
@@ -71,15 +75,19 @@ def _interval_end() -> datetime:
     },
     params={
         "tables": Param([], type="array", items={"type": "string"}, description="Tables; empty = all"),
-        "retain_last": Param(5, type="integer", minimum=1, description="Snapshots always kept"),
-        "snapshot_max_age_hours": Param(120, type="integer", minimum=0, description="Expire older snapshots"),
+        "retain_last": Param(RETAIN_LAST, type="integer", minimum=1, description="Snapshots always kept"),
+        "snapshot_max_age_hours": Param(
+            SNAPSHOT_MAX_AGE_HOURS, type="integer", minimum=0, description="Expire older snapshots"
+        ),
         "orphan_min_age_hours": Param(
-            MIN_ORPHAN_AGE_H,
+            ORPHAN_MIN_AGE_HOURS,
             type="integer",
-            minimum=MIN_ORPHAN_AGE_H,
+            minimum=ORPHAN_MIN_AGE_HOURS,
             description="Only files older than this can be orphans (>= 72)",
         ),
-        "staging_retention_hours": Param(24, type="integer", minimum=0, description="Keep applied staging this long"),
+        "staging_retention_hours": Param(
+            STAGING_RETENTION_HOURS, type="integer", minimum=0, description="Keep applied staging this long"
+        ),
         "dry_run": Param(False, type="boolean", description="Only list orphans and staging to delete"),
     },
 )
@@ -96,8 +104,10 @@ def iceberg_expire() -> None:
         p = params or {}
         settings = load()
         end = _interval_end()
-        older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", 120)))
-        orphans = end - timedelta(hours=max(MIN_ORPHAN_AGE_H, int(p.get("orphan_min_age_hours", MIN_ORPHAN_AGE_H))))
+        older = end - timedelta(hours=int(p.get("snapshot_max_age_hours", SNAPSHOT_MAX_AGE_HOURS)))
+        orphans = end - timedelta(
+            hours=max(ORPHAN_MIN_AGE_HOURS, int(p.get("orphan_min_age_hours", ORPHAN_MIN_AGE_HOURS)))
+        )
         tombstones = end - timedelta(seconds=settings.tombstone_retention_s)
         only = {t.lower() for t in p.get("tables") or []}
         unreadable, crowded = namespace_survey(settings)
@@ -109,7 +119,7 @@ def iceberg_expire() -> None:
 
         def args(t: str) -> list[str]:
             out = ["expire", "--table", t, "--older-than", older.isoformat()]
-            out += ["--retain-last", str(int(p.get("retain_last", 5)))]
+            out += ["--retain-last", str(int(p.get("retain_last", RETAIN_LAST)))]
             if t not in crowded:  # else the other table's files would be this one's orphans
                 out += ["--orphans-older-than", orphans.isoformat()]
             if p.get("dry_run"):
@@ -130,7 +140,9 @@ def iceberg_expire() -> None:
 
         p = params or {}
         end = _interval_end()
-        cutoff_ms = int((end - timedelta(hours=int(p.get("staging_retention_hours", 24)))).timestamp() * 1000)
+        cutoff_ms = int(
+            (end - timedelta(hours=int(p.get("staging_retention_hours", STAGING_RETENTION_HOURS)))).timestamp() * 1000
+        )
         result = clean(load(), cutoff_ms, dry_run=bool(p.get("dry_run")), now_ms=int(end.timestamp() * 1000))
         log.info("staging clean-up: %s", result)
         return result

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
+from cdclake.config.maintenance import MIN_INPUT_FILES, RETAIN_LAST, TARGET_FILE_SIZE_BYTES
 from cdclake.config.settings import Settings, load
 from cdclake.contracts.events import TOMBSTONES_SUFFIX
 from cdclake.contracts.watermark import newest_carrying
@@ -29,8 +30,6 @@ from spark_jobs.job import commit_or_validation_failure, report, run_main, with_
 from spark_jobs.sqltext import string_literal
 
 T = TypeVar("T")
-TARGET_FILE_SIZE = 128 * 1024 * 1024  # the seed's targetFileSizeBytes
-MIN_INPUT_FILES = 5  # the seed's minFilesToCompact
 
 
 def _retried(what: str, fn: Callable[[], T]) -> T:
@@ -60,7 +59,7 @@ def compact(
     spark: SparkSession,
     settings: Settings,
     table: str,
-    target_file_size: int = TARGET_FILE_SIZE,
+    target_file_size: int = TARGET_FILE_SIZE_BYTES,
     min_input_files: int = MIN_INPUT_FILES,
     partial_progress: bool = True,
     where: str | None = None,
@@ -149,7 +148,7 @@ def expire(
     settings: Settings,
     table: str,
     older_than: datetime,
-    retain_last: int = 5,
+    retain_last: int = RETAIN_LAST,
     orphans_older_than: datetime | None = None,
     dry_run: bool = False,
     tombstones_older_than: datetime | None = None,
@@ -198,14 +197,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     sub = p.add_subparsers(dest="command", required=True)
     cp = sub.add_parser("compact")
     cp.add_argument("--table", required=True)
-    cp.add_argument("--target-file-size-bytes", type=int, default=TARGET_FILE_SIZE)
+    cp.add_argument("--target-file-size-bytes", type=int, default=TARGET_FILE_SIZE_BYTES)
     cp.add_argument("--min-input-files", type=int, default=MIN_INPUT_FILES)
     cp.add_argument("--where", default=None)
     cp.add_argument("--no-partial-progress", action="store_true")
     ep = sub.add_parser("expire")
     ep.add_argument("--table", required=True)
     ep.add_argument("--older-than", required=True, type=datetime.fromisoformat)
-    ep.add_argument("--retain-last", type=int, default=5)
+    ep.add_argument("--retain-last", type=int, default=RETAIN_LAST)
     ep.add_argument("--orphans-older-than", type=datetime.fromisoformat, default=None)
     ep.add_argument("--dry-run", action="store_true")
     ep.add_argument("--tombstones-older-than", type=datetime.fromisoformat, default=None)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
+from cdclake.config.maintenance import MIN_INPUT_FILES, TARGET_FILE_SIZE_BYTES
 from cdclake.config.settings import Settings
 
 log = logging.getLogger("cdclake.lake.health")
@@ -38,7 +39,7 @@ class TableHealth:
         return self.max_small_files_per_partition >= min_files or self.delete_files > 0
 
 
-def table_health(settings: Settings, table: str, target_file_size: int = 128 * 1024 * 1024) -> TableHealth | None:
+def table_health(settings: Settings, table: str, target_file_size: int = TARGET_FILE_SIZE_BYTES) -> TableHealth | None:
     from cdclake.lake.catalog import load_table
 
     t = load_table(settings, table)
@@ -90,7 +91,10 @@ def cdc_tables(settings: Settings) -> list[str]:
 
 
 def compaction_candidates(
-    settings: Settings, min_files: int = 5, target_file_size: int = 128 * 1024 * 1024, only: list[str] | None = None
+    settings: Settings,
+    min_files: int = MIN_INPUT_FILES,
+    target_file_size: int = TARGET_FILE_SIZE_BYTES,
+    only: list[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Tables (side tables included) whose partitions hold ``min_files`` small files, or that
     carry delete files, with their health. A table whose metadata cannot be read is left out

@@ -27,6 +27,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
 
+from cdclake.config.maintenance import MIN_INPUT_FILES
 from cdclake.config.settings import Settings
 from cdclake.orchestration import same_origin
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from cdclake.lake.status import TableStatus
 
 APPLY_DAG, COMPACTION_DAG, EXPIRE_DAG = "cdc_apply", "iceberg_compaction", "iceberg_expire"
-DEFAULT_MIN_FILES = 5  # iceberg_compaction's min_input_files default (the seed's minFilesToCompact)
+DEFAULT_MIN_FILES = MIN_INPUT_FILES  # iceberg_compaction's min_input_files default
 RECENT_RUNS = 10
 COOKIE = "_token"  # airflow.api_fastapi.auth.managers.base_auth_manager.COOKIE_NAME_JWT_TOKEN
 
