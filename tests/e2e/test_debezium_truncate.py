@@ -36,9 +36,12 @@ STREAM = [
 
 @pytest.fixture(params=["postgres", "mariadb"])
 def source(request: pytest.FixtureRequest) -> Iterator[LogicalPostgres | MariaDB]:
-    server: LogicalPostgres | MariaDB = LogicalPostgres() if request.param == "postgres" else MariaDB()
-    with running(server, "trunc", SCHEMA + SNAPSHOT) as s:
-        yield s
+    if request.param == "postgres":
+        with running(LogicalPostgres(), "trunc", SCHEMA + SNAPSHOT) as pg:
+            yield pg
+    else:
+        with running(MariaDB(), "trunc", SCHEMA + SNAPSHOT) as maria:
+            yield maria
 
 
 def test_truncate_lands(source: LogicalPostgres | MariaDB, tmp_path: Path, spark_home: Path, spark: Any) -> None:
