@@ -347,6 +347,10 @@ def properties(
         "debezium.source.topic.prefix": name,
         "debezium.source.offset.storage.file.filename": str(state_dir / "offsets.dat"),
         "debezium.source.offset.flush.interval.ms": "0",
+        # Debezium skips TRUNCATE by default (`t`); the lake applies it (every row gone at its
+        # position), so nothing is skipped. PostgreSQL (pgoutput) and MariaDB both send op "t"
+        # then (seen with Debezium Server 3.6: README, "TRUNCATE").
+        "debezium.source.skipped.operations": "none",
         **_source(db, state_dir),
         "quarkus.http.port": str(http_port),
         "quarkus.http.host": "127.0.0.1",
