@@ -44,8 +44,10 @@ STAGED = StructType(
     ]
 )
 # The same parser options for every parse of a staged line (the file read and the re-parses of a
-# corrupt one). Spark's default would read the strings "NaN" and "Infinity" into a double column.
-JSON_OPTIONS = {"allowNonNumericNumbers": "false"}
+# corrupt one). A double's NaN and infinities have no JSON number: Debezium sends them as the
+# strings "NaN", "Infinity", "-Infinity", which this reads into a float or double column (Spark's
+# default; it also takes "+Infinity", "+INF" and "-INF"). Any other string there is refused.
+JSON_OPTIONS = {"allowNonNumericNumbers": "true"}
 CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 

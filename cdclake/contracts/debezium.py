@@ -332,8 +332,11 @@ def _event(
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
     image = images[key_image]
     assert image is not None  # _images refuses an event without it
-    row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
     schema = item.get("schema") if ppath != base else None
+    plan = plans.of(schema).get(key_image) if schema is not None else None
+    if plan is not None:
+        image = plan.key_image(image)
+    row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
     if schema is None and column_types:
         declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
     else:
@@ -390,8 +393,8 @@ def _apply_schema(
     for name, image in images.items():
         plan = by_image.get(name) if image is not None else None
         if plan is not None and image is not None:
-            images[name] = plan.apply(image)
-            types |= plan.types
+            images[name] = converted = plan.apply(image)
+            types |= plan.types | debezium_types.companion_types(converted, plan.converts)
             defaults |= plan.defaults
     return types, defaults
 
