@@ -17,12 +17,11 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+from cdclake.contracts.debezium_time import Convert, days
 from cdclake.contracts.debezium_types import (
-    Convert,
     array_converter,
     companion_types,
     convert_image,
-    days,
     same,
     text_decimal,
     unfit,
