@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.dev.reference_types import column_type, fit
+from cdclake.contracts.source_types import companion
+from cdclake.dev.reference_types import column_type, declared_column, exact_value, fit, run_declarations, text_of
 
 UNAVAILABLE = "__debezium_unavailable_value"
 
@@ -246,8 +247,15 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
                 per_table.setdefault(ev["table"].lower(), []).append((batch["source"], ev))
         for table, events in per_table.items():
             # Every delivery of the run counts for new types, decided before or not.
-            run_type = column_type(out.types.get(table, {}), [ev.get("after") or {} for _, ev in events])
+            had = out.types.get(table, {})
+            run_type = column_type(had, [ev.get("after") or {} for _, ev in events])
             assert isinstance(run_type, dict)
+            as_text: set[str] = set()
+            for c, declared in run_declarations([ev for _, ev in events]).items():
+                if c in run_type:
+                    t, read_as_text = declared_column(had.get(c), declared)
+                    run_type[c] = run_type[c] if t is None else t
+                    as_text |= {c} if read_as_text else set()
             types = out.types[table] = run_type
             quarantined = out.quarantined.setdefault(table, set())
             done = out.changes.setdefault(table, set())
@@ -256,7 +264,7 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
                 ident = (source, ev["sequence"])
                 if ident in done or ident in quarantined or ident in fresh:
                     continue  # decided by an earlier run or delivery: a duplicate
-                row, ok = _fit_image(ev, types)
+                row, ok = _fit_image(ev, types, as_text)
                 if not ok:
                     quarantined.add(ident)
                 else:
@@ -269,18 +277,32 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
     return out
 
 
-def _fit_image(ev: dict[str, Any], types: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
-    """An event's after-image as the table's types hold it, and whether every value fits."""
+def _fit_image(
+    ev: dict[str, Any],
+    types: dict[str, Any],
+    as_text: set[str] = frozenset(),  # type: ignore[assignment]
+) -> tuple[dict[str, Any] | None, bool]:
+    """An event's after-image as the table's types hold it, and whether every value fits. A
+    column in ``as_text`` takes the value its text spells exactly, else NULL and the text in its
+    companion (which then joins ``types``)."""
     if ev["operation"] in ("DELETE", "TRUNCATE"):
         return None, True
     row: dict[str, Any] = {}
     ok = True
     for c, v in (ev.get("after") or {}).items():
         if v == UNAVAILABLE:
-            row[c] = v  # not a value: the key keeps its previous one
+            row[c] = v  # not a value: the key keeps its previous one (and its companion's)
+            if c in as_text:
+                row[companion(c)] = v
             continue
         if c not in types:
             continue  # only ever empty objects: no column
+        if c in as_text:
+            row[c], exact = (None, False) if v is None else exact_value(text_of(v), types[c])
+            if v is not None and not exact:
+                row[companion(c)] = text_of(v)
+                types.setdefault(companion(c), "string")
+            continue
         row[c], good = fit(v, types[c])
         ok = ok and good
     return row, ok

@@ -5,6 +5,7 @@ restated in plain Python (no Spark), independent of the pipeline's code like the
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # What the apply job promises about types, per table, restated in plain Python (no Spark):
@@ -158,8 +159,9 @@ def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
         return None, True
     if t == "string":
         return (value if isinstance(value, str) else _json_text(value)), True
-    if t == "bigint":
-        ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    if t in _BITS:
+        bits = _BITS[str(t)]
+        ok = isinstance(value, int) and not isinstance(value, bool) and -(2 ** (bits - 1)) <= value < 2 ** (bits - 1)
         return (value if ok else None), ok
     if t == "double":
         if isinstance(value, str) and value in _NON_NUMBERS:
@@ -183,3 +185,73 @@ def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
         elements = [fit(v, t[0]) for v in value]
         return [v for v, _ in elements], all(good for _, good in elements)
     raise NotImplementedError(f"type {t!r}")
+
+
+# ---------------------------------------------------------------- declared types
+#
+# An event may declare its columns' types (``columnTypes``). What the apply promises, restated:
+#
+# * A column new in a run that every declaring event of the run declares one way takes that type
+#   instead of the inferred one (a column declared two ways in one run: inference decides).
+# * A column the table has keeps its type, unless the run declares a widening of it (int -> bigint,
+#   float -> double): then it widens.
+# * A column the table has that some event of the run declares with any other type (the source's
+#   type changed, ``ALTER COLUMN a TYPE text``) has its run's values read as text: a text that is
+#   exactly a value of the column's type (its one canonical spelling: ``7``, never ``007``,
+#   ``+7`` or `` 7``) lands typed; any other lands as NULL with the text in the companion column
+#   (``<column>__text``, a string column added by the first run with a value for it), which is
+#   NULL wherever the value fits. Nothing is quarantined for it.
+
+DECLARED = {"int": "int", "bigint": "bigint", "double": "double", "string": "string", "boolean": "boolean"}
+"""Declared types the model knows, as its column types name them."""
+WIDER = {("int", "bigint"), ("float", "double")}
+"""(table type, declared type) pairs where the column widens."""
+_BITS = {"int": 32, "bigint": 64}
+
+
+def declared_type(text: str) -> str:
+    t = text.strip().lower()
+    if t not in DECLARED:
+        raise NotImplementedError(f"declared type {text!r} is not modelled")
+    return DECLARED[t]
+
+
+def run_declarations(events: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Column -> every type the run's events declare for it."""
+    out: dict[str, set[str]] = {}
+    for ev in events:
+        for c, t in (ev.get("columnTypes") or {}).items():
+            out.setdefault(c, set()).add(declared_type(t))
+    return out
+
+
+def declared_column(table: JsonType, declared: set[str]) -> tuple[JsonType, bool]:
+    """(the column's type after a run declaring ``declared`` for it, whether its values are read
+    as text). ``table`` None: a new column."""
+    if table is None:
+        return (next(iter(declared)) if len(declared) == 1 else None), False
+    if table in ("string",) or not isinstance(table, str):
+        return table, False
+    changed = [t for t in declared if t != table and (table, t) not in WIDER]
+    if changed:
+        return table, True
+    wider = [t for t in declared if (table, t) in WIDER]
+    return (wider[0] if len(declared) == 1 and wider else table), False
+
+
+def text_of(value: Any) -> str:
+    """A value as a column read as text holds it."""
+    return value if isinstance(value, str) else _json_text(value)
+
+
+def exact_value(text: str, t: JsonType) -> tuple[Any, bool]:
+    """(the value of type ``t`` whose one spelling is ``text``, whether there is one)."""
+    if t in _BITS:
+        if not re.fullmatch(r"-?(0|[1-9][0-9]*)", text) or text == "-0":
+            return None, False
+        n, bits = int(text), _BITS[str(t)]
+        ok = -(2 ** (bits - 1)) <= n < 2 ** (bits - 1)
+        return (n if ok else None), ok
+    if t == "boolean":
+        return (text == "true") if text in ("true", "false") else None, text in ("true", "false")
+    raise NotImplementedError(f"text read into {t!r} is not modelled")
