@@ -53,6 +53,7 @@ from spark_jobs.job import report, run_main, with_retries
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import SIDE_TABLES, list_pending
 from spark_jobs.read import drop_exact_duplicates, flatten, read_events
+from spark_jobs.retyped import needed
 from spark_jobs.system import COPIES, OUTCOME, crash
 from spark_jobs.table import ensure_table
 
@@ -102,7 +103,7 @@ def apply_table(
     events, after, declared = read_events(spark, p.uris, existing, p.recorded)
     phases.end("read")  # JSON schema inference (a pass over the files) unless the receipts recorded it
 
-    rows = mark_unavailable(flatten(drop_exact_duplicates(events, copies=COPIES)))
+    rows = needed(mark_unavailable(flatten(drop_exact_duplicates(events, copies=COPIES))), existing)
     limits = Limits.of(settings)
     options = load_table_config(settings).for_table(table)
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)

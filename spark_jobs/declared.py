@@ -26,6 +26,8 @@ class Declared:
 
     types: dict[str, DataType] = field(default_factory=dict)
     """The type every event of the run that declares one agrees on."""
+    mixed: dict[str, list[DataType]] = field(default_factory=dict)
+    """The types of a column the run's events declare two or more ways (no entry in ``types``)."""
     defaults: dict[str, str] = field(default_factory=dict)
     """The default (as text) every event of the run that declares the column's type gives; a
     column declared without a default by some event, or with two, has none."""
@@ -76,21 +78,26 @@ def declared(staged: DataFrame) -> Declared:
     row = staged.select(*aggs).first()
     assert row is not None
     types: dict[str, DataType] = {}
+    mixed: dict[str, list[DataType]] = {}
     for name, idx in by_name.items():
         texts = {t for i in idx for t in row[f"_{i}"] or []}
-        if len(texts) == 1:
-            try:  # the door canonicalised them; staging written another way is checked again
-                types[name] = coltypes.spark_type(coltypes.canonical(next(iter(texts))))
-            except (ValueError, KeyError):
-                continue
+        try:  # the door canonicalised them; staging written another way is checked again
+            found = [coltypes.spark_type(coltypes.canonical(t)) for t in sorted(texts)]
+        except (ValueError, KeyError):
+            continue
+        if len(found) == 1:
+            types[name] = found[0]
+        elif found:
+            mixed[name] = found
     if not with_defaults:
-        return Declared(types)
+        return Declared(types, mixed=mixed)
     defaults, thresholds = {}, {}
     for j, name in enumerate(by_name):
         given = row[f"_d{j}"] or []
         if len(given) == 1 and row[f"_n{j}"] == row[f"_c{j}"]:
             defaults[name], thresholds[name] = given[0], list(row[f"_t{j}"])
-    return Declared(types, defaults, thresholds, list(row["_first"]) if row["_first"] is not None else None)
+    first = list(row["_first"]) if row["_first"] is not None else None
+    return Declared(types, mixed, defaults, thresholds, first)
 
 
 def _default_aggregates(staged: DataFrame, col: Column, keys: list[str], by_name: dict[str, list[int]]) -> list[Column]:

@@ -14,8 +14,10 @@ from pyspark.sql.types import NullType, StringType, StructField, StructType, Var
 from cdclake.contracts import names
 from cdclake.contracts.events import UNAVAILABLE
 from cdclake.contracts.names import Limits, fold, is_reserved
+from cdclake.contracts.source_types import companion
 from spark_jobs.columns import extra_values, not_added
 from spark_jobs.read import JSON_OPTIONS
+from spark_jobs.retyped import exact, read_as_text
 from spark_jobs.schema import conform
 from spark_jobs.sqltext import col
 from spark_jobs.system import (
@@ -118,21 +120,25 @@ def fit_to_table(rows: DataFrame, target: StructType, limits: Limits = names.DEF
     column budget: :func:`spark_jobs.columns.plan_columns`) quarantines its event.
     """
     present = {fold(f.name): f for f in rows.schema.fields if f.name not in WORK_COLUMNS}
+    texts = companion_texts(present, target)
     cols: list[Column] = []
     reasons: list[Column] = []
     extras: list[Column] = []
     renamed: dict[str, str] = {}
     for f in target.fields:
         src = present.pop(fold(f.name), None)
+        if src is not None and src.name != f.name:
+            renamed[src.name] = f.name
+        if fold(f.name) in texts:  # a retyped column's companion: its texts, else what the event sent
+            sent = [] if src is None else [conform(col(src.name), src.dataType, f.dataType)[0]]
+            cols.append(F.coalesce(texts[fold(f.name)][2], *sent).alias(f.name))
+            continue
         if src is None:
             cols.append(F.lit(None).cast(f.dataType).alias(f.name))
             continue
-        if src.name != f.name:
-            renamed[src.name] = f.name
-        value, bad = conform(col(src.name), src.dataType, f.dataType)
+        value, bad, why = _to_column(src, f, fold(companion(f.name)) in texts, limits)
         cols.append(value.alias(f.name))
         shown = F.substring(F.to_json(F.struct(col(src.name).alias(f.name))), 1, 200)
-        why = f"column {f.name}: {src.dataType.simpleString()} value does not fit {f.dataType.simpleString()} "
         reasons.append(F.when(bad, F.concat(F.lit(why), shown)))
         for where, name, holds in extra_values(col(src.name), src.dataType, f.dataType, f.name):
             extras.append(F.when(holds, F.lit(f"column {where}: {not_added(name, False, limits)}")))
@@ -156,8 +162,44 @@ def fit_to_table(rows: DataFrame, target: StructType, limits: Limits = names.DEF
             return out.otherwise(x)
 
         keep = F.transform(keep, spelled)
+    for name, text_name, _ in texts.values():  # a retyped column's value kept (a placeholder): its companion's too
+        also = F.array_union(keep, F.array(F.lit(text_name)))
+        keep = F.when(F.array_contains(keep, name), also).otherwise(keep)
     extra = [c for c in CARRIED if c in rows.columns]
     return rows.select(*cols, OP, OBJECT, keep.alias(KEEP), F.when(reason != "", reason).alias(REASON), *extra)
+
+
+def _to_column(src: StructField, f: StructField, texts: bool, limits: Limits) -> tuple[Column, Column, str]:
+    """(value, whether it does not fit, why) of the rows' column ``src`` in the table's ``f``.
+    A retyped column (:mod:`spark_jobs.retyped`) fits where its value is exact, and everywhere
+    when the table has its companion (``texts``): :func:`companion_texts` holds the rest."""
+    if read_as_text(src.dataType, f.dataType):
+        value, rest = exact(col(src.name), f.dataType)
+        if texts:
+            return value, F.lit(False), ""
+        no = f"column {f.name}: text value is no {f.dataType.simpleString()}, and {no_companion(f.name, limits)}: "
+        return value, rest.isNotNull(), no
+    value, bad = conform(col(src.name), src.dataType, f.dataType)
+    return value, bad, f"column {f.name}: {src.dataType.simpleString()} value does not fit {f.dataType.simpleString()} "
+
+
+def companion_texts(present: dict[str, StructField], target: StructType) -> dict[str, tuple[str, str, Column]]:
+    """Per companion (folded) the table has for a retyped column of the run (``present``: the
+    rows' columns by folded name): the table's names of the column and of the companion, and the
+    texts that are no value of the column's type (:func:`spark_jobs.retyped.exact`)."""
+    have = {fold(f.name): f.name for f in target.fields}
+    out = {}
+    for f in target.fields:
+        src, text = present.get(fold(f.name)), fold(companion(f.name))
+        if src is not None and read_as_text(src.dataType, f.dataType) and text in have:
+            out[text] = (f.name, have[text], exact(col(src.name), f.dataType)[1])
+    return out
+
+
+def no_companion(name: str, limits: Limits) -> str:
+    """Why a retyped column's value that is no value of its type is quarantined: the table
+    lacks its companion (the name rule or the column budget kept it out)."""
+    return f"column {companion(name)}: {not_added(companion(name), True, limits)}"
 
 
 def explain_corrupt(fitted: DataFrame, after: StructType, target: StructType) -> DataFrame:
@@ -273,6 +315,8 @@ def _column_verdicts(
     """Over :func:`_parse_corrupt`'s columns: the reasons (one per refused value), each table
     column's value and the table columns holding an unavailable placeholder."""
     reasons: list[Column] = []
+    kept: list[Column] = []
+    spelt = {fold(f.name): f.name for f in target.fields}
     # Per table column: is any spelling refused or unavailable, and the values its spellings give.
     dropped: dict[str, list[Column]] = {}
     given: dict[str, list[Column]] = {}
@@ -291,6 +335,16 @@ def _column_verdicts(
         else:  # a string column takes any value (a non-string as its JSON text)
             value = _text(j)
             dropped.setdefault(t.name, []).append(_held(j))
+            if read_as_text(f.dataType, t.dataType):  # retyped: the value where exact, else to the companion
+                value, rest = exact(value, t.dataType)
+                text = spelt.get(fold(companion(t.name)))
+                if text is None:
+                    no_text = f"column {t.name}: text value is no {t.dataType.simpleString()}"
+                    reasons.append(F.when(rest.isNotNull(), F.lit(no_text)))
+                else:
+                    given.setdefault(text, []).append(rest)
+                    dropped.setdefault(text, []).append(_held(j))
+                    kept.append(F.when(_held(j), F.lit(text)))
         given.setdefault(t.name, []).append(value)
     values = {
         name: F.when(reduce(lambda a, b: a | b, dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
@@ -298,5 +352,5 @@ def _column_verdicts(
         )
         for name in given
     }
-    kept = [F.when(_held(j), F.lit(t.name)) for j, (_, t) in enumerate(pairs)]
+    kept += [F.when(_held(j), F.lit(t.name)) for j, (_, t) in enumerate(pairs)]
     return reasons, values, kept

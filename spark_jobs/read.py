@@ -17,6 +17,7 @@ from cdclake.contracts import jsontypes
 from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
+from spark_jobs.retyped import scalar_typed
 from spark_jobs.schema import (
     conform,
     hides_fields,
@@ -60,7 +61,7 @@ def read_events(
     inference pass (:func:`recorded_schema`)."""
     inferred = infer_staging(spark, uris) if recorded is None else recorded_schema(recorded)
     found = run_declared_types(spark, uris, inferred)
-    after = after_read_type(spark, uris, inferred, table, found.types)
+    after = after_read_type(spark, uris, inferred, table, retyped_declarations(table, found))
     return normalise(read_staging(spark, uris, after)), after, found
 
 
@@ -195,12 +196,30 @@ def after_read_type(
 def declared_read_type(table: DataType | None, declared: DataType) -> DataType:
     """The read type of a column the run's events declare: the declared type for a new column;
     for one the table has, the declared type where it is the table's or an Iceberg widening of
-    it (the source widened), else the table's. Never the inferred type: JSON inference types
-    every integer ``bigint`` and every fraction ``double``, which would widen a declared ``int``
-    (``float``) column at the next run whose values are read by inference (issue 29, item 4)."""
+    it (the source widened). Never the inferred type: JSON inference types every integer
+    ``bigint`` and every fraction ``double``, which would widen a declared ``int`` (``float``)
+    column at the next run whose values are read by inference (issue 29, item 4).
+
+    Any other declared type (the source retyped the column: ``int`` -> ``text``): text, where
+    the table's type is a scalar other than string (:mod:`spark_jobs.retyped`: each value lands
+    typed where it is exactly one of the table's type, else in the column's companion); else
+    the table's."""
     if table is None or declared == table or safe_widening(declared, table):
         return declared
-    return table
+    return StringType() if scalar_typed(table) else table
+
+
+def retyped_declarations(table: StructType | None, found: Declared) -> dict[str, DataType]:
+    """The run's declared types (:attr:`Declared.types`), plus ``string`` for a column the table
+    has that the run declares two ways, one of them neither the table's type nor a widening of
+    it (the source retyped the column within the run: its values are read as text)."""
+    have = {fold(f.name): f.dataType for f in (table.fields if table is not None else [])}
+    out = dict(found.types)
+    for name, types in found.mixed.items():
+        t = have.get(name)
+        if t is not None and any(d != t and not safe_widening(d, t) for d in types):
+            out[name] = StringType()
+    return out
 
 
 def read_staging(spark: SparkSession, uris: list[str], after: StructType | None = None) -> DataFrame:

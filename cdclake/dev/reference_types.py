@@ -235,8 +235,9 @@ def declared_column(table: JsonType, declared: set[str]) -> tuple[JsonType, bool
     changed = [t for t in declared if t != table and (table, t) not in WIDER]
     if changed:
         return table, True
-    wider = [t for t in declared if (table, t) in WIDER]
-    return (wider[0] if len(declared) == 1 and wider else table), False
+    if len(declared) > 1 and declared != {table}:
+        raise NotImplementedError(f"a run declaring {sorted(declared)} for a {table} column is not modelled")
+    return (next(iter(declared)) if (table, next(iter(declared))) in WIDER else table), False
 
 
 def text_of(value: Any) -> str:
