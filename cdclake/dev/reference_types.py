@@ -159,7 +159,7 @@ def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
         return None, True
     if t == "string":
         return (value if isinstance(value, str) else _json_text(value)), True
-    if t in _BITS:
+    if isinstance(t, str) and t in _BITS:
         bits = _BITS[str(t)]
         ok = isinstance(value, int) and not isinstance(value, bool) and -(2 ** (bits - 1)) <= value < 2 ** (bits - 1)
         return (value if ok else None), ok
@@ -247,7 +247,7 @@ def text_of(value: Any) -> str:
 
 def exact_value(text: str, t: JsonType) -> tuple[Any, bool]:
     """(the value of type ``t`` whose one spelling is ``text``, whether there is one)."""
-    if t in _BITS:
+    if isinstance(t, str) and t in _BITS:
         if not re.fullmatch(r"-?(0|[1-9][0-9]*)", text) or text == "-0":
             return None, False
         n, bits = int(text), _BITS[str(t)]
