@@ -25,7 +25,7 @@ from cdclake.contracts.watermark import count_properties
 from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
 from spark_jobs import backfill
-from spark_jobs.decide import Tally
+from spark_jobs.decide import TRUNCATE, Tally, truncated_at
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.quarantine import quarantine_rows, staged_lines
@@ -75,10 +75,12 @@ def change_rows(classified: DataFrame, target: StructType) -> Build:
 def tombstone_rows(classified: DataFrame) -> Build:
     """One row per applied DELETE; classify takes each key's newest. Appended, not MERGEd: a
     MERGE into the (copy-on-write) tombstones rewrote every data file holding a deleted key, a
-    cost that grew with the table, and took four Spark jobs where an append takes one."""
-    applied_deletes = (F.col(OUTCOME) == "applied") & (F.col(OP) == "DELETE")
+    cost that grew with the table, and took four Spark jobs where an append takes one.
+    An applied TRUNCATE's row has no key: later runs find the newest (:func:`decide.truncation`)."""
+    applied_deletes = (F.col(OUTCOME) == "applied") & F.col(OP).isin("DELETE", TRUNCATE)
+    key = F.when(F.col(OP) != TRUNCATE, F.col(KEY)).alias(KEY)
     return lambda todo: classified.where(F.col(OBJECT).isin(todo) & applied_deletes).select(
-        KEY, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
+        key, SEQ, SOURCE, ORDER, F.current_timestamp().alias("_cdc_deleted_at")
     )
 
 
@@ -94,10 +96,12 @@ def commit_table(
         **count_properties(t.counts),
     }
     columns = [f.name for f in target.fields]
+    cut = truncated_at(applied)
+    rows = applied.where(F.col(OP) != TRUNCATE).select(*map(col, columns), OP, KEEP)
     with Commit(spark, props):
         if crash_at == "before-commit":
-            _write_without_commit(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns)
-        merge_rows(spark, ident, applied.select(*map(col, columns), OP, KEEP), columns, unavailable)
+            _write_without_commit(spark, ident, rows, columns)
+        merge_rows(spark, ident, rows, columns, unavailable, cut)
         commit_always(spark, settings, ident, target, before)
 
 
@@ -127,10 +131,18 @@ class Commit:
 
 
 def merge_rows(
-    spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str], keepable: Sequence[str] = ()
+    spark: SparkSession,
+    ident: str,
+    source: DataFrame,
+    columns: Sequence[str],
+    keepable: Sequence[str] = (),
+    truncated: list[int] | None = None,
 ) -> None:
     """Upsert/delete by key; the ordering guard makes a stale or repeated source row a no-op.
     Columns in ``keepable`` keep the stored value where the source row lists them in KEEP.
+    ``truncated``: the ordering value of the run's TRUNCATE; every row ordered before it that no
+    source row replaces goes, in the same commit (a source row is newer than it: classify
+    superseded the older ones).
 
     Column names appear in the statement only quoted (spark_jobs.sqltext); whether a row keeps
     a column is a boolean column of the source, computed by the DataFrame API, so no name is
@@ -147,12 +159,20 @@ def merge_rows(
 
     set_list = ", ".join(assign(c) for c in columns if c != KEY)
     newer = f"{ordering('s.')} > {ordering('t.')}"
+    # The ordering value is a parameter, never SQL text.
+    gone = (
+        f"WHEN NOT MATCHED BY SOURCE AND coalesce(t.{ORDER}, array(t.{SEQ})) < CAST(:cut AS array<bigint>) THEN DELETE"
+        if truncated is not None
+        else ""
+    )
     spark.sql(
         f"""MERGE INTO {ident} t USING cdclake_apply_source s ON t.{KEY} = s.{KEY}
             WHEN MATCHED AND {newer} AND s.{OP} = 'DELETE' THEN DELETE
             WHEN MATCHED AND {newer} THEN UPDATE SET {set_list}
             WHEN NOT MATCHED AND s.{OP} <> 'DELETE' THEN INSERT ({", ".join(q)})
-              VALUES ({", ".join("s." + c for c in q)})"""
+              VALUES ({", ".join("s." + c for c in q)})
+            {gone}""",
+        args={"cut": truncated} if truncated is not None else None,
     )
 
 

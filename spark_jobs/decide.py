@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import reduce
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdclake.contracts.history import REPLAYED_AT
@@ -153,19 +153,55 @@ def decide(run: Run, valid: DataFrame, narrow: bool = True) -> DataFrame:
         else spark.createDataFrame([], f"{KEY} string, {SEQ} long, {SOURCE} string, {ORDER} array<bigint>")
     )
     current = with_order(spark.table(run.ident())).select(KEY, SEQ, SOURCE, ORDER)
+    truncate = F.col(OP) == TRUNCATE
+    cuts = F.broadcast(truncation(valid.where(truncate), tombstones))
+    rows = classify(rank_per_key(valid.where(~truncate)), current, tombstones, narrow, cuts)
+    # A TRUNCATE older than one an earlier run applied changes nothing; else it is applied, also
+    # again in the re-run of a crashed run (its mark equals the recorded one): the MERGE's
+    # removal of older rows is idempotent.
+    prior = F.col("_prior")
+    truncates = (
+        valid.where(truncate)
+        .withColumn(RANK, F.lit(1))
+        .crossJoin(cuts)
+        .withColumn(OUTCOME, F.when(prior.isNotNull() & (_order() < prior), "late").otherwise("applied"))
+        .drop("_cut", "_prior")
+    )
     # Checkpointed, not just cached: the MERGE must not plan a source that reads its own target
     # (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes before
     # the MERGE runs. Kept serialized (PySpark's MEMORY_AND_DISK): the default keeps a Java object
     # per row; at 1.1M events the stage's GC fell from 1.2 to 0.6 task-seconds (README, Apply).
-    return classify(rank_per_key(valid), current, tombstones, narrow).localCheckpoint(
-        eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK
-    )
+    return rows.unionByName(truncates).localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+
+
+TRUNCATE = "TRUNCATE"
+
+
+def _order(prefix: str = "") -> Column:
+    """An event's (a row's, a tombstone's) ordering value: what a TRUNCATE is compared by."""
+    return F.coalesce(F.col(prefix + ORDER), F.array(F.col(prefix + SEQ)))
+
+
+def truncation(truncates: DataFrame, tombstones: DataFrame) -> DataFrame:
+    """One row: ``_cut``, the ordering value of the run's newest TRUNCATE (null: none), and
+    ``_prior``, the newest TRUNCATE an earlier run applied (its tombstone has no key; null: none).
+    Events ordered before ``_cut`` are gone (superseded by it); before ``_prior``, late."""
+    marks = with_order(tombstones).where(F.col(KEY).isNull())
+    return truncates.agg(F.max(_order()).alias("_cut")).crossJoin(marks.agg(F.max(_order()).alias("_prior")))
+
+
+def truncated_at(classified: DataFrame) -> list[int] | None:
+    """The ordering value the MERGE removes older rows below: the newest TRUNCATE this run
+    applies (None: none). ``classified`` is checkpointed, so this costs no pass over staging."""
+    row = classified.where((F.col(OP) == TRUNCATE) & (F.col(OUTCOME) == "applied")).agg(F.max(_order())).first()
+    return None if row is None or row[0] is None else [int(x) for x in row[0]]
 
 
 def account(table: str, classified: DataFrame, fitted: Fitted, n_seen: int, n_quarantined: int) -> Tally:
     """Every event received is applied, a duplicate, superseded, late or quarantined, exactly
     once; else AccountingError."""
-    tally = classified.groupBy(OUTCOME, (F.col(OP) == "DELETE").alias("del")).count().collect()
+    # A TRUNCATE leaves a tombstone too (without a key): its mark for later runs.
+    tally = classified.groupBy(OUTCOME, F.col(OP).isin("DELETE", TRUNCATE).alias("del")).count().collect()
     outcomes: dict[str, int] = {}
     for r in tally:
         outcomes[r[OUTCOME]] = outcomes.get(r[OUTCOME], 0) + r["count"]
@@ -194,10 +230,13 @@ def rank_per_key(valid: DataFrame) -> DataFrame:
     return valid.withColumn(RANK, F.row_number().over(w))
 
 
-def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame, narrow: bool = True) -> DataFrame:
-    """OUTCOME per event: superseded (not the newest of its key in this run), late (older than
-    the stored row or the key's tombstone), duplicate (the stored row or tombstone IS this event),
-    else applied.
+def classify(
+    ranked: DataFrame, current: DataFrame, tombstones: DataFrame, narrow: bool = True, cuts: DataFrame | None = None
+) -> DataFrame:
+    """OUTCOME per event: superseded (not the newest of its key in this run, or ordered before
+    the run's newest TRUNCATE), late (older than the stored row, the key's tombstone or a
+    TRUNCATE an earlier run applied), duplicate (the stored row or tombstone IS this event),
+    else applied. ``cuts``: :func:`truncation`'s one row (None: no TRUNCATE anywhere).
 
     A DELETE equal to its tombstone while the row is still there is applied again: that is a
     re-run after a crash between the tombstone commit and the table commit.
@@ -220,12 +259,18 @@ def classify(ranked: DataFrame, current: DataFrame, tombstones: DataFrame, narro
     tomb = tomb_rows.groupBy(KEY).agg(F.max(F.expr(ordering())).alias("_tomb"))
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
+    cut, prior = F.col("_cut"), F.col("_prior")
+    if cuts is None:
+        cuts = ranked.sparkSession.createDataFrame([(None, None)], "_cut array<bigint>, _prior array<bigint>")
     outcome = (
         F.when(F.col(RANK) > 1, "superseded")
+        .when(cut.isNotNull() & (_order() < cut), "superseded")
+        .when(prior.isNotNull() & (_order() < prior), "late")
         .when(row.isNotNull() & (ev < row), "late")
         .when(row.isNotNull() & (ev == row), "duplicate")
         .when(tb.isNotNull() & (ev < tb), "late")
         .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
         .otherwise("applied")
     )
-    return ranked.join(cur, KEY, "left").join(tomb, KEY, "left").withColumn(OUTCOME, outcome).drop("_row", "_tomb")
+    joined = ranked.join(cur, KEY, "left").join(tomb, KEY, "left").crossJoin(F.broadcast(cuts))
+    return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb", "_cut", "_prior")

@@ -17,7 +17,15 @@ from cdclake.contracts import jsontypes
 from cdclake.contracts.names import fold, is_reserved, problem
 from spark_jobs.columns import dedupe_case, has_case_variants, unify_case
 from spark_jobs.declared import Declared, declared, read_schema
-from spark_jobs.schema import conform, hides_fields, read_type, slots, spellings, variant_json_type
+from spark_jobs.schema import (
+    conform,
+    hides_fields,
+    read_type,
+    safe_widening,
+    slots,
+    spellings,
+    variant_json_type,
+)
 from spark_jobs.system import CARRIED, CORRUPT, IMAGE_BEFORE, KEY, METADATA, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
 
 # A staged line's fields besides the after-image (cdclake.contracts.events.StagedEvent), as the job reads them.
@@ -36,8 +44,10 @@ STAGED = StructType(
     ]
 )
 # The same parser options for every parse of a staged line (the file read and the re-parses of a
-# corrupt one). Spark's default would read the strings "NaN" and "Infinity" into a double column.
-JSON_OPTIONS = {"allowNonNumericNumbers": "false"}
+# corrupt one). A double's NaN and infinities have no JSON number: Debezium sends them as the
+# strings "NaN", "Infinity", "-Infinity", which this reads into a float or double column (Spark's
+# default; it also takes "+Infinity", "+INF" and "-INF"). Any other string there is refused.
+JSON_OPTIONS = {"allowNonNumericNumbers": "true"}
 CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 
@@ -136,9 +146,10 @@ def after_read_type(
     table: StructType | None,
     declared: dict[str, DataType] | None = None,
 ) -> StructType | None:
-    """The after-image's read type: per column of the run, the table's type where the table has
-    the column (:func:`spark_jobs.schema.read_type`), else the declared one (``declared``, by
-    :func:`cdclake.contracts.names.fold`), else the inferred one. None: no after-images.
+    """The after-image's read type: per column of the run, the declared one where the run's
+    events declare it (``declared``, by :func:`cdclake.contracts.names.fold`;
+    :func:`declared_read_type`), else the table's where the table has the column
+    (:func:`spark_jobs.schema.read_type`), else the inferred one. None: no after-images.
 
     Where inference merged a struct column's objects with values of another kind into a string,
     the run's new struct fields are found from each value's own shape (one more pass, over that
@@ -170,8 +181,8 @@ def after_read_type(
     for i, f in enumerate(columns):
         if is_reserved(f.name):
             read: DataType | None = StringType()
-        elif fold(f.name) not in have and declared and fold(f.name) in declared:
-            read = declared[fold(f.name)]
+        elif declared and fold(f.name) in declared:
+            read = declared_read_type(have.get(fold(f.name)), declared[fold(f.name)])
         else:
             read = read_type(have.get(fold(f.name)), shapes.get(i, [f.dataType]))
         if read is not None:
@@ -179,6 +190,17 @@ def after_read_type(
     unified = unify_case(StructType(fields))
     assert isinstance(unified, StructType)
     return unified
+
+
+def declared_read_type(table: DataType | None, declared: DataType) -> DataType:
+    """The read type of a column the run's events declare: the declared type for a new column;
+    for one the table has, the declared type where it is the table's or an Iceberg widening of
+    it (the source widened), else the table's. Never the inferred type: JSON inference types
+    every integer ``bigint`` and every fraction ``double``, which would widen a declared ``int``
+    (``float``) column at the next run whose values are read by inference (issue 29, item 4)."""
+    if table is None or declared == table or safe_widening(declared, table):
+        return declared
+    return table
 
 
 def read_staging(spark: SparkSession, uris: list[str], after: StructType | None = None) -> DataFrame:

@@ -42,6 +42,7 @@ from typing import Literal
 
 from cdclake.config.tables import DEFAULT_KEY, MAX_KEY_COLUMNS
 from cdclake.contracts.events import RESERVED_SUFFIXES, SOURCE_PATTERN, TABLE_PATTERN
+from cdclake.contracts.source_types import MODES
 
 __all__ = ["ConfigError", "Database", "Sink", "key_toml", "lake_table", "properties", "render"]
 
@@ -347,20 +348,28 @@ def properties(
         "debezium.source.topic.prefix": name,
         "debezium.source.offset.storage.file.filename": str(state_dir / "offsets.dat"),
         "debezium.source.offset.flush.interval.ms": "0",
+        # Debezium skips TRUNCATE by default (`t`); the lake applies it (every row gone at its
+        # position), so nothing is skipped. PostgreSQL (pgoutput) and MariaDB both send op "t"
+        # then (seen with Debezium Server 3.6: README, "TRUNCATE").
+        "debezium.source.skipped.operations": "none",
         **_source(db, state_dir),
         "quarkus.http.port": str(http_port),
         "quarkus.http.host": "127.0.0.1",
         "quarkus.log.console.json": "false",
     }
+    # The modes that keep every value exact (the source type table: cdclake.contracts.source_types).
+    p |= {f"debezium.source.{m.setting}": m.value for m in MODES}
     if keys:
         p["debezium.source.message.key.columns"] = _keys(keys)
     if not sink.schemas:
         # Without the Connect schema a value must say what it is: decimals as exact text (not
         # base64 of an unscaled integer whose scale only the schema gives) and times as ISO
         # text in UTC (not a count of ms, µs or ns depending on the column's precision). The
-        # receiver converts these forms by the table's configured types (cdclake.contracts.debezium_types).
-        p["debezium.source.decimal.handling.mode"] = "string"
+        # receiver converts these forms by the table's configured types (cdclake.contracts.debezium_text).
+        # BIGINT UNSIGNED (a Connect Decimal under bigint.unsigned.handling.mode=precise) as a
+        # JSON number, exact, rather than base64 of an unscaled integer.
         p["debezium.source.time.precision.mode"] = "isostring"
+        p["debezium.format.value.decimal.format"] = "NUMERIC"
     headers = dict(sink.headers)
     if sink.token:
         headers["Authorization"] = f"Bearer {sink.token}"

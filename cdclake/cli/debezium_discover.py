@@ -14,9 +14,11 @@ PostgreSQL                                  MariaDB / MySQL                     
 ==========================================  ==========================================
 smallint, integer                           tinyint, smallint, mediumint, int, year     int
 bigint                                      bigint, int unsigned                        bigint
+--                                          bigint unsigned                             decimal(20,0)
 real / double precision                     float / double                              float / double
 numeric(p,s), p <= 38                       decimal(p,s), p <= 38                       decimal(p,s)
 numeric (no precision)                      --                                          decimal(38,18)
+money                                       --                                          decimal(38,2)
 date                                        date                                        date
 timestamp                                   datetime                                    timestamp_ntz
 timestamptz                                 timestamp                                   timestamp
@@ -24,12 +26,13 @@ time                                        time                                
 bytea                                       binary, varbinary, blob                     binary
 boolean                                     --                                          boolean
 text, varchar, char, uuid, json(b), xml,    char, varchar, text, enum, set, json, uuid  string
-enum, numeric(p>38,s)
+enum, interval, numeric(p>38,s)
 arrays of the above                         --                                          array<T>
 ==========================================  ==========================================
 
-Any other type (MariaDB ``bigint unsigned``, ``bit``, geometry, Postgres ranges, ``money``...) is
-left out: its type is inferred from the values. Queries bind every name as a parameter.
+Any other type (``bit``, geometry, Postgres ranges...) is left out: its type is inferred from the
+values. The whole table, with the representation of values a type cannot hold, is
+:mod:`cdclake.contracts.source_types`. Queries bind every name as a parameter.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ _PG_SIMPLE = {
     "timestamptz": "timestamp",
     "time": "bigint",
     "bytea": "binary",
+    "interval": "string",  # interval.handling.mode=string: ISO-8601 text
+    "money": "decimal(38,2)",  # decimal.handling.mode=string: exact text, 2 digits by default
     **{t: "string" for t in ("text", "varchar", "bpchar", "uuid", "json", "jsonb", "xml", "name", "timetz")},
 }
 
@@ -98,6 +103,8 @@ def mysql_type(data_type: str, column_type: str, precision: int | None, scale: i
         return "int"
     if t == "int" or (t == "bigint" and not unsigned):
         return "bigint"
+    if t == "bigint":  # unsigned: bigint.unsigned.handling.mode=precise
+        return "decimal(20,0)"
     if t in ("decimal", "numeric"):
         return _decimal(precision, scale)
     simple = {

@@ -19,9 +19,11 @@ the fourth (flattened) event of a list.
 Rules:
 
 Operation
-    ``c`` and ``r`` (snapshot read) -> INSERT, ``u`` -> UPDATE, ``d`` -> DELETE. ``t`` (truncate)
-    and ``m`` (logical decoding message) are refused as unsupported (Postgres skips truncates by
-    default: ``skipped.operations=t``).
+    ``c`` and ``r`` (snapshot read) -> INSERT, ``u`` -> UPDATE, ``d`` -> DELETE, ``t`` ->
+    TRUNCATE (every row of the table at that position; ``rowId`` is
+    :data:`~cdclake.contracts.events.TRUNCATE_ROW_ID`, no images; Debezium sends it only with
+    ``skipped.operations=none``, which ``cdclake debezium`` writes). ``m`` (logical decoding
+    message) is refused as unsupported.
 
 Table
     ``source.table`` as is (the staging layer lower-cases); it must match
@@ -137,8 +139,8 @@ class TableRules:
 
 DEFAULT_RULES = TableRules()
 
-OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE", "d": "DELETE"}
-UNSUPPORTED = {"t": "truncate", "m": "message"}
+OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE", "d": "DELETE", "t": "TRUNCATE"}
+UNSUPPORTED = {"m": "message"}
 
 _TABLE = re.compile(events.TABLE_PATTERN)
 _SOURCE_BAD = re.compile(r"[^A-Za-z0-9._-]")
@@ -242,13 +244,13 @@ def _op(payload: Mapping[str, Any], ppath: str) -> str:
     op = payload.get("op")
     opath = f"{ppath}.op"
     if op is None:
-        raise InvalidBatch(opath, "required (c, r, u or d)")
+        raise InvalidBatch(opath, "required (c, r, u, d or t)")
     if not isinstance(op, str):
         raise InvalidBatch(opath, f"expected a string, got {kind(op)}")
     if op in UNSUPPORTED:
         raise InvalidBatch(opath, f"unsupported: {UNSUPPORTED[op]} events ('{op}') cannot be applied to rows")
     if op not in OPERATIONS:
-        raise InvalidBatch(opath, f"unknown op {op[:20]!r} (expected c, r, u or d)")
+        raise InvalidBatch(opath, f"unknown op {op[:20]!r} (expected c, r, u, d or t)")
     return op
 
 
@@ -324,12 +326,17 @@ def _event(
     ppath, payload = _payload(item, base)
     op = _op(payload, ppath)
     source, spath, table = _source_table(payload, ppath)
+    if op == "t":
+        return _truncate(payload, ppath, source, spath, table)
     images, key_image = _images(payload, ppath, op, limits)
     # From the values as sent, before typing: the same row keeps its key with or without a schema.
     image = images[key_image]
     assert image is not None  # _images refuses an event without it
-    row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
     schema = item.get("schema") if ppath != base else None
+    plan = plans.of(schema).get(key_image) if schema is not None else None
+    if plan is not None:
+        image = plan.key_image(image)
+    row_id = _row_id(image, f"{ppath}.{key_image}", _columns_for(key_columns, table))
     if schema is None and column_types:
         declared, column_defaults = _apply_config(column_types.get(table) or column_types.get(table.lower()), images)
     else:
@@ -355,6 +362,26 @@ def _event(
     )
 
 
+def _truncate(payload: Mapping[str, Any], ppath: str, source: dict[str, Any], spath: str, table: str) -> CDCEvent:
+    """A TRUNCATE of ``table``: no row image, no key; its position orders it among the rows'
+    events like any other (its identity hashes the table, the op and that position)."""
+    timestamp = _timestamp(payload, source, ppath, spath)
+    tx, xpath = _transaction(payload, ppath)
+    connector, order, by_position = position(source, spath, tx, xpath, timestamp)
+    ident: list[Any] = [table, events.TRUNCATE_ROW_ID, "t", order]
+    if not by_position:
+        ident.append(timestamp)
+    return CDCEvent(
+        sequence=_hash63(hash_encoder.encode(ident)),
+        timestamp=timestamp,
+        operation="TRUNCATE",
+        table=table,
+        rowId=events.TRUNCATE_ROW_ID,
+        metadata=metadata(source, spath, tx, xpath, connector, "t"),
+        order=order,
+    )
+
+
 def _apply_schema(
     schema: Any, images: Images, plans: debezium_types.SchemaPlans
 ) -> tuple[dict[str, str], dict[str, Any]]:
@@ -366,8 +393,8 @@ def _apply_schema(
     for name, image in images.items():
         plan = by_image.get(name) if image is not None else None
         if plan is not None and image is not None:
-            images[name] = plan.apply(image)
-            types |= plan.types
+            images[name] = converted = plan.apply(image)
+            types |= plan.types | debezium_types.companion_types(converted, plan.converts)
             defaults |= plan.defaults
     return types, defaults
 

@@ -12,12 +12,22 @@ text naming the mode to set, which its column refuses, and the apply quarantines
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-from cdclake.contracts.debezium_types import Convert, days, fits, same, unfit
-from cdclake.contracts.events import UNAVAILABLE
+from cdclake.contracts.debezium_types import (
+    Convert,
+    array_converter,
+    companion_types,
+    convert_image,
+    days,
+    same,
+    text_decimal,
+    unfit,
+)
+from cdclake.contracts.source_types import Companion
 
 _MODES = {
     "decimal": "send decimals as text: decimal.handling.mode=string",
@@ -26,20 +36,21 @@ _MODES = {
 
 
 def _text_decimal(precision: int, scale: int) -> Convert:
-    kind = f"decimal({precision},{scale})"
+    exact_text = text_decimal(precision, scale)
+    hint = f"decimal({precision},{scale}); {_MODES['decimal']}"
 
     def convert(v: Any) -> Any:
-        if isinstance(v, bool) or not isinstance(v, str):
-            return v  # a JSON number (decimal.handling.mode=double) is cast by the column
-        try:
-            exact = Decimal(v)
-        except ArithmeticError:
-            return unfit(v, f"{kind}; {_MODES['decimal']}")
-        if not exact.is_finite():
-            return unfit(v, kind)
-        return format(exact, "f") if fits(exact, precision, scale) else unfit(v, kind)
+        if isinstance(v, str):
+            try:
+                Decimal(v)
+            except ArithmeticError:  # base64 of another mode: ambiguous without the schema
+                return unfit(v, hint)
+        return exact_text(v)
 
     return convert
+
+
+_SIGNED_DATE = re.compile(r"[+-]?[0-9]{4,}-[0-9]{2}-[0-9]{2}")
 
 
 def _iso_date(v: Any) -> Any:
@@ -47,9 +58,12 @@ def _iso_date(v: Any) -> Any:
         return days(v)  # days since 1970: the one integer form any mode gives a date
     if not isinstance(v, str):
         return v
+    text = v.removesuffix("Z")
     try:
-        return date.fromisoformat(v.removesuffix("Z")).isoformat()
+        return date.fromisoformat(text).isoformat()
     except ValueError:
+        if _SIGNED_DATE.fullmatch(text):  # a valid date outside years 1..9999
+            return Companion(text)
         return unfit(v, f"date; {_MODES['time']}")
 
 
@@ -98,8 +112,7 @@ def declared_converter(kind: str) -> Convert:
     """The converter for a value of a column configured as ``kind`` (a canonical
     :mod:`cdclake.contracts.coltypes` type) when the event came without a schema."""
     if kind.startswith("array<"):
-        element = declared_converter(kind[6:-1])
-        return lambda v: [None if x is None else element(x) for x in v] if isinstance(v, list) else v
+        return array_converter(declared_converter(kind[6:-1]))
     if kind.startswith("decimal("):
         p, s = (int(x) for x in kind[8:-1].split(","))
         return _text_decimal(p, s)
@@ -114,13 +127,7 @@ def declared_converter(kind: str) -> Convert:
 def configured(types: dict[str, str], image: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """``image`` with the values of its configured columns converted, and those columns'
     declared types (only the columns the image has)."""
-    out = dict(image)
-    found: dict[str, str] = {}
-    for name, kind in types.items():
-        if name not in out:
-            continue
-        found[name] = kind
-        v = out[name]
-        if v is not None and v != UNAVAILABLE:
-            out[name] = declared_converter(kind)(v)
-    return out, found
+    found = {name: kind for name, kind in types.items() if name in image}
+    converts = [(name, declared_converter(kind)) for name, kind in found.items()]
+    out = convert_image(image, converts)
+    return out, found | companion_types(out, converts)

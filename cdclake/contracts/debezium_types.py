@@ -27,10 +27,14 @@ array of any of these                          array                            
 ============================================  ===============================  ================
 
 Structs and maps declare nothing (their type is inferred from the values, as without a schema).
-Postgres' unconstrained ``numeric`` is ``VariableScaleDecimal``: decimal(38,18) holds 20
-integer and 18 fractional digits. A value that a column type cannot hold exactly (more digits,
-nanoseconds, a date past year 9999) is never rounded: it is sent as text saying so, which the
-column refuses, so the apply quarantines the event with that text as its reason. Debezium's
+Under the generated configuration (``decimal.handling.mode=string`` with
+``column.propagate.source.type``) a decimal comes as its text in a ``string`` field whose
+parameters name the source type: ``NUMERIC``/``DECIMAL`` of that length and scale declare
+``decimal(P,S)`` (P > 38: string; PostgreSQL's unconstrained numeric, length 0: decimal(38,18)),
+``MONEY`` decimal(38,2). A valid value a column type cannot hold exactly (NaN, more digits, a
+date outside years 1..9999, nanoseconds) is never rounded and never quarantined: it converts to a
+:class:`~cdclake.contracts.source_types.Companion`, the cell NULL and the exact text in
+``<column>__text`` (the whole table: :mod:`cdclake.contracts.source_types`). Debezium's
 ``__debezium_unavailable_value`` placeholder passes through untouched.
 """
 
@@ -38,13 +42,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+import json
+import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, localcontext
 from typing import Any
 
+from cdclake.contracts.coltypes import MAX_PRECISION
 from cdclake.contracts.events import UNAVAILABLE
+from cdclake.contracts.source_types import Companion, companion
 
 Convert = Callable[[Any], Any]
 _EPOCH_DAY = date(1970, 1, 1)
@@ -134,7 +142,60 @@ def _variable_decimal(v: Any) -> Any:
         return v
     exact = _exact(n, scale)
     p, s = VARIABLE_SCALE
-    return format(exact, "f") if fits(exact, p, s) else unfit(format(exact, "f"), f"decimal({p},{s})")
+    return format(exact, "f") if fits(exact, p, s) else Companion(format(exact, "f"))
+
+
+def text_decimal(precision: int, scale: int) -> Convert:
+    """A decimal sent as its exact text (``decimal.handling.mode=string``) for a
+    ``decimal(precision,scale)`` column: the digits when they fit; NaN, ±Infinity and values with
+    more digits go to the companion as sent. A string that is no number is left for the column
+    to refuse (a wrong value)."""
+
+    def convert(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, str):
+            return v  # a JSON number (decimal.handling.mode=double) is cast by the column
+        try:
+            exact = Decimal(v)
+        except ArithmeticError:
+            return v
+        if exact.is_finite():
+            return format(exact, "f") if fits(exact, precision, scale) else Companion(v)
+        # PostgreSQL's own spelling (Debezium sends NaN as "NAN")
+        return Companion("NaN" if exact.is_nan() else "-Infinity" if exact < 0 else "Infinity")
+
+    return convert
+
+
+# PostgreSQL's numeric without a precision says so by a length past its largest precision
+# (1000); MariaDB/MySQL DECIMAL holds at most 65 digits.
+_MAX_SOURCE_PRECISION = 1000
+_SOURCE_DECIMALS = ("NUMERIC", "DECIMAL")
+
+
+def _source_decimal(params: Any, element: bool = False) -> tuple[str, Convert] | None:
+    """The column type of a decimal sent as text, from the source type Debezium propagates
+    (``column.propagate.source.type``); None when the parameters say no decimal. ``element``:
+    the parameters are an array's (``_NUMERIC``), the type its elements'."""
+    if not isinstance(params, dict):
+        return None
+    source = str(params.get("__debezium.source.column.type", "")).upper().split(" ")[0]
+    if element != source.startswith("_"):
+        return None
+    source = source.removeprefix("_")
+    if source == "MONEY":  # what precise mode declared: money.fraction.digits, 2 by default
+        return f"decimal({MAX_PRECISION},2)", text_decimal(MAX_PRECISION, 2)
+    if source not in _SOURCE_DECIMALS:
+        return None
+    try:
+        precision = int(params.get("__debezium.source.column.length", 0))
+        scale = int(params.get("__debezium.source.column.scale", 0))
+    except (TypeError, ValueError):
+        return None
+    if not 1 <= precision <= _MAX_SOURCE_PRECISION:
+        precision, scale = VARIABLE_SCALE  # unconstrained numeric: length 0, in an array 131089
+    if precision > MAX_PRECISION or not 0 <= scale <= precision:
+        return "string", same
+    return f"decimal({precision},{scale})", text_decimal(precision, scale)
 
 
 def fits(exact: Decimal, precision: int, scale: int) -> bool:
@@ -150,13 +211,31 @@ def fits(exact: Decimal, precision: int, scale: int) -> bool:
     return max(0, -exponent) <= scale and norm.adjusted() < precision - scale
 
 
+_INFINITIES = ("infinity", "-infinity")
+_CYCLE_DAYS = 146_097  # the Gregorian calendar repeats every 400 years
+_EPOCH_ORDINAL = _EPOCH_DAY.toordinal()
+
+
+def date_text(v: int) -> str:
+    """Days since 1970-01-01 as PostgreSQL writes the date, in the proleptic Gregorian calendar
+    of any year (``0044-03-15 BC``, ``10000-01-01``): counted in the first 400-year cycle, which
+    Python's dates hold, and the whole cycles added back to the year."""
+    ordinal = v + _EPOCH_ORDINAL
+    cycles = (ordinal - 1) // _CYCLE_DAYS
+    d = date.fromordinal(ordinal - cycles * _CYCLE_DAYS)
+    year = d.year + 400 * cycles  # astronomical: 0 is 1 BC
+    if year > 0:
+        return f"{year:04d}-{d.month:02d}-{d.day:02d}"
+    return f"{1 - year:04d}-{d.month:02d}-{d.day:02d} BC"
+
+
 def days(v: Any) -> Any:
     if not isinstance(v, int):
         return v
     try:
         return (_EPOCH_DAY + timedelta(days=v)).isoformat()
     except OverflowError:
-        return unfit(v, "date (days since 1970-01-01)")
+        return Companion(date_text(v))
 
 
 def _instant(per_second: int) -> Convert:
@@ -166,14 +245,31 @@ def _instant(per_second: int) -> Convert:
         if not isinstance(v, int) or isinstance(v, bool):
             return v
         if per_micro and v % per_micro:
-            return unfit(v, "timestamp_ntz (microseconds)")
+            return Companion(timestamp_text(v, per_second))
         micros = v // per_micro if per_micro else v * (1_000_000 // per_second)
         try:
             return (_EPOCH + timedelta(microseconds=micros)).isoformat(timespec="microseconds")
         except OverflowError:
-            return unfit(v, "timestamp_ntz")
+            return Companion(timestamp_text(v, per_second))
 
     return convert
+
+
+def timestamp_text(v: int, per_second: int) -> str:
+    """``v`` units (``per_second`` to the second) since 1970-01-01T00:00 as PostgreSQL writes a
+    timestamp, any year (``0044-03-15 10:00:00 BC``), every digit of the fraction kept."""
+    day, rest = divmod(v, 86_400 * per_second)
+    second, fraction = divmod(rest, per_second)
+    digits = len(str(per_second)) - 1
+    text = date_text(day)
+    clock = f"{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+    if fraction:
+        clock += "." + f"{fraction:0{digits}d}".rstrip("0")
+    date_part, bc, _ = text.partition(" BC")
+    return f"{date_part} {clock}" + (" BC" if bc else "")
+
+
+_ISO_INSTANT = re.compile(r"[+-]?[0-9]{4,}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)")
 
 
 def _zoned(v: Any) -> Any:
@@ -182,15 +278,17 @@ def _zoned(v: Any) -> Any:
     try:  # normalised to UTC: Spark's parser and the column agree on the instant either way
         return datetime.fromisoformat(v).astimezone(UTC).isoformat(timespec="microseconds")
     except ValueError:
-        return v
+        pass
+    # PostgreSQL's infinities, and instants outside years 1..9999 (ISO year 0 is 1 BC)
+    return Companion(v) if v in _INFINITIES or _ISO_INSTANT.fullmatch(v) else v
 
 
 def _time_micros(factor: int, divisor: int = 1) -> Convert:
     def convert(v: Any) -> Any:
         if not isinstance(v, int) or isinstance(v, bool):
             return v
-        if v % divisor:
-            return unfit(v, "bigint microseconds since midnight")
+        if v % divisor:  # nanoseconds: the time of day as text, every digit kept
+            return Companion(timestamp_text(v, 1_000_000_000).partition(" ")[2])
         return v * factor // divisor
 
     return convert
@@ -231,19 +329,59 @@ def field_type(schema: Any) -> tuple[str, Convert] | None:
         return _LOGICAL[logical]
     if logical in _TEXT:
         return "string", same
+    if kind == "string" and logical is None:
+        found = _source_decimal(schema.get("parameters"))
+        if found is not None:
+            return found
     if kind == "array":
-        inner = field_type(schema.get("items"))
+        items = schema.get("items")
+        inner = field_type(items)
+        if inner == ("string", same) and isinstance(items, dict) and items.get("name") is None:
+            inner = _source_decimal(schema.get("parameters"), element=True) or inner
         if inner is None:
             return None
         element_kind, element = inner
-
-        def convert(v: Any) -> Any:
-            return [None if x is None else element(x) for x in v] if isinstance(v, list) else v
-
-        return f"array<{element_kind}>", convert
+        return f"array<{element_kind}>", array_converter(element)
     if isinstance(kind, str) and kind in _PRIMITIVE:
         return _PRIMITIVE[kind], same
     return None
+
+
+def array_converter(element: Convert) -> Convert:
+    """Each element converted (NULL elements kept); when one goes to a companion, the whole
+    array does, as the JSON array of its elements' texts."""
+
+    def convert(v: Any) -> Any:
+        if not isinstance(v, list):
+            return v
+        out = [None if x is None else element(x) for x in v]
+        if not any(isinstance(x, Companion) for x in out):
+            return out
+        texts = [x.text if isinstance(x, Companion) else x for x in out]
+        return Companion(json.dumps(texts, ensure_ascii=False, separators=(",", ":")))
+
+    return convert
+
+
+def convert_image(image: dict[str, Any], converts: Iterable[tuple[str, Convert]]) -> dict[str, Any]:
+    """``image`` with the values of ``converts``' columns converted (a copy; placeholders for
+    unavailable values kept); a value its type cannot hold exactly becomes NULL with its text in
+    the column's :func:`~cdclake.contracts.source_types.companion`."""
+    out = dict(image)
+    for name, convert in converts:
+        v = out.get(name)
+        if v is not None and v != UNAVAILABLE:
+            got = convert(v)
+            if isinstance(got, Companion):
+                out[name], out[companion(name)] = None, got.text
+            else:
+                out[name] = got
+    return out
+
+
+def companion_types(image: dict[str, Any], converts: Iterable[tuple[str, Convert]]) -> dict[str, str]:
+    """The declared type (string) of each companion column ``image`` holds."""
+    return {companion(name): "string" for name, _ in converts if companion(name) in image}
 
 
 def image_schema(envelope_schema: Any, image: str) -> list[dict[str, Any]] | None:
@@ -266,12 +404,17 @@ class ImagePlan:
     converts: tuple[tuple[str, Convert], ...]
     types: dict[str, str]
     defaults: dict[str, Any]
+    integers: frozenset[str] = frozenset()
+    """Columns sent as a Connect Decimal of scale 0 (``BIGINT UNSIGNED`` under
+    ``bigint.unsigned.handling.mode=precise``): a key read from one is the integer, as under
+    ``long`` mode and without a schema, not its base64."""
 
     @classmethod
     def of(cls, fields: list[dict[str, Any]]) -> ImagePlan:
         converts: list[tuple[str, Convert]] = []
         types: dict[str, str] = {}
         defaults: dict[str, Any] = {}
+        integers = set()
         for f in fields:
             name = f["field"]
             found = field_type(f)
@@ -284,16 +427,24 @@ class ImagePlan:
                 d = convert(f["default"])
                 if isinstance(d, str | int | float):
                     defaults[name] = d
-        return cls(tuple(converts), types, defaults)
+            if f.get("name") == "org.apache.kafka.connect.data.Decimal" and types[name].endswith(",0)"):
+                integers.add(name)
+        return cls(tuple(converts), types, defaults, frozenset(integers))
+
+    def key_image(self, image: dict[str, Any]) -> dict[str, Any]:
+        """``image`` with its :attr:`integers` as integers, to read a row key from."""
+        if not self.integers.intersection(image):
+            return image
+        out = dict(image)
+        for name in self.integers.intersection(image):
+            n = _unscaled(out[name])
+            if n is not None:
+                out[name] = n
+        return out
 
     def apply(self, image: dict[str, Any]) -> dict[str, Any]:
-        """``image`` with its values converted (a copy; placeholders for unavailable values kept)."""
-        out = dict(image)
-        for name, convert in self.converts:
-            v = out.get(name)
-            if v is not None and v != UNAVAILABLE:
-                out[name] = convert(v)
-        return out
+        """``image`` with its values converted (:func:`convert_image`)."""
+        return convert_image(image, self.converts)
 
 
 class SchemaPlans:

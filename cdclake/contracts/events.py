@@ -13,7 +13,10 @@ import msgspec
 
 from cdclake.contracts import coltypes, jsontypes, names
 
-Operation = Literal["INSERT", "UPDATE", "DELETE"]
+Operation = Literal["INSERT", "UPDATE", "DELETE", "TRUNCATE"]
+TRUNCATE_ROW_ID = "*"
+"""The ``rowId`` a TRUNCATE event carries (Debezium's; a producer may send any): a TRUNCATE is
+of the whole table, no row, so the apply never reads it as a key."""
 
 TABLE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 SOURCE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
@@ -112,7 +115,7 @@ def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         if m:
             msg = m["msg"]
             if m["path"].endswith(".operation"):
-                msg += " (expected INSERT, UPDATE or DELETE)"
+                msg += " (expected INSERT, UPDATE, DELETE or TRUNCATE)"
             raise InvalidBatch(m["path"], msg) from None
         raise InvalidBatch("$", str(exc)) from None
     except msgspec.DecodeError as exc:
@@ -120,13 +123,20 @@ def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
 
 
 def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limits = names.DEFAULT) -> None:
-    """The rules a type cannot say: reserved table names, an after-image unless DELETE, and the
-    door rule for column names and shapes (:mod:`cdclake.contracts.names`) in both row images."""
+    """The rules a type cannot say: reserved table names, an after-image for INSERT and UPDATE,
+    no row image for TRUNCATE (every row of the table at that position: events ordered before it
+    are gone, events after it apply to the emptied table), and the door rule for column names
+    and shapes (:mod:`cdclake.contracts.names`) in both row images."""
     i, which = 0, "after"
     try:
         for i, ev in enumerate(evs):
             if ev.table.lower().endswith(RESERVED_SUFFIXES):
                 raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            if ev.operation == "TRUNCATE":
+                for image in ("before", "after", "columnTypes", "columnDefaults"):
+                    if getattr(ev, image) is not None:
+                        raise InvalidBatch(f"{path}[{i}].{image}", "a TRUNCATE has no row: leave it out")
+                continue
             if ev.operation != "DELETE" and ev.after is None:
                 raise InvalidBatch(f"{path}[{i}].after", f"required for {ev.operation}")
             if ev.before is not None:

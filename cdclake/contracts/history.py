@@ -13,7 +13,7 @@ ORDER = "_cdc_order"  # the ordering value: the event's `order`, else [sequence]
 SYSTEM_COLUMNS = (KEY, SEQ, TS, SOURCE, ORDER)
 
 # What the change history adds to the table's columns, per distinct event an apply decided.
-OPERATION = "_cdc_operation"  # INSERT, UPDATE or DELETE
+OPERATION = "_cdc_operation"  # INSERT, UPDATE, DELETE or TRUNCATE (key "*": every row before it gone)
 OUTCOME = "_cdc_outcome"  # applied, superseded or late
 COMMITTED_AT = "_cdc_committed_at"  # when the run logged it (one value per run)
 HISTORY_OBJECT = "_cdc_object"  # the staging object the event came in (also in __quarantine)

@@ -35,6 +35,8 @@ class Stored:
 
     rows: dict[str, tuple[Rank, dict[str, Any]]] = field(default_factory=dict)
     tombs: dict[str, Rank] = field(default_factory=dict)
+    truncated: list[int] | None = None
+    """The ordering value of the newest TRUNCATE applied: every event ordered before it is gone."""
 
 
 def _rank(source: str, ev: dict[str, Any]) -> Rank:
@@ -63,7 +65,7 @@ def _one_run(batches: Iterable[dict[str, Any]]) -> tuple[dict[str, Stored], dict
             if ident in seen:
                 continue
             seen.add(ident)
-            row = ev.get("after") if ev["operation"] != "DELETE" else None
+            row = ev.get("after") if ev["operation"] not in ("DELETE", "TRUNCATE") else None
             change = Change(_rank(batch["source"], ev), ident, ev["rowId"], ev["operation"], row)
             changes.setdefault(ev["table"].lower(), []).append(change)
     stored = {table: Stored() for table in changes}
@@ -81,7 +83,11 @@ def apply_run(stored: Stored, changes: list[Change]) -> set[Ident]:
     this run is a primary-key change: its placeholders take the old key's values just before that
     delete. No row there (a delete, nothing stored, several deletes at the position): the event
     is quarantined and changes nothing. Then per key the newest accepted event applies, unless
-    the stored row or the key's tombstone is as new."""
+    the stored row or the key's tombstone is as new.
+
+    A TRUNCATE (any key) empties the table at its ordering value: stored rows ordered before the
+    newest one go, and so does every event ordered before it, in this run or a later one."""
+    changes = _truncate(stored, changes)
     by_key: dict[str, list[Change]] = {}
     for c in sorted(changes, key=lambda c: c.rank):
         by_key.setdefault(c.rid, []).append(c)
@@ -125,6 +131,19 @@ def apply_run(stored: Stored, changes: list[Change]) -> set[Ident]:
             stored.rows.pop(rid, None)
             stored.tombs[rid] = win.rank
     return {ident for ident, (accepted, _) in decided.items() if not accepted}
+
+
+def _truncate(stored: Stored, changes: list[Change]) -> list[Change]:
+    """Apply the run's TRUNCATEs to ``stored``; the run's row changes that come after them."""
+    for c in changes:
+        if c.op == "TRUNCATE" and (stored.truncated is None or c.rank[0] > stored.truncated):
+            stored.truncated = list(c.rank[0])
+    cut = stored.truncated
+    if cut is None:
+        return changes
+    for rid in [rid for rid, (rank, _) in stored.rows.items() if rank[0] < cut]:
+        del stored.rows[rid]
+    return [c for c in changes if c.op != "TRUNCATE" and not c.rank[0] < cut]
 
 
 Before = Callable[[str, Rank], "dict[str, Any] | None"]
@@ -252,7 +271,7 @@ def expected_runs(runs: Iterable[Iterable[dict[str, Any]]]) -> Expected:
 
 def _fit_image(ev: dict[str, Any], types: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     """An event's after-image as the table's types hold it, and whether every value fits."""
-    if ev["operation"] == "DELETE":
+    if ev["operation"] in ("DELETE", "TRUNCATE"):
         return None, True
     row: dict[str, Any] = {}
     ok = True

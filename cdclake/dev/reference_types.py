@@ -20,7 +20,9 @@ from typing import Any
 #     string   takes any value: a string as it is, anything else as its JSON text as staged
 #              (Spark's JSON reader does exactly that);
 #     bigint   a JSON integer within 64 bits; not 7.0 or 2.5, not the string "7", not a boolean;
-#     double   any JSON number (an integer becomes the nearest double); not a string ("NaN" neither);
+#     double   any JSON number (an integer becomes the nearest double), and the strings Spark's JSON
+#              reader takes for NaN and the infinities ("NaN", "Infinity", "+Infinity", "+INF",
+#              "-Infinity", "-INF": Debezium's form of them); no other string;
 #     boolean  true or false only;
 #     struct   an object whose fields each fit (fields the struct lacks are new fields, added);
 #     array    an array whose elements each fit;
@@ -143,6 +145,13 @@ def _json_text(value: Any) -> str:
     return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{_json_text(v)}" for k, v in value.items()) + "}"
 
 
+_NON_NUMBERS = {
+    "NaN": float("nan"),
+    **dict.fromkeys(("Infinity", "+Infinity", "+INF"), float("inf")),
+    **dict.fromkeys(("-Infinity", "-INF"), float("-inf")),
+}
+
+
 def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
     """``(value as a column of type t holds it, whether it fits)``, by the value's JSON kind."""
     if value is None:
@@ -153,6 +162,8 @@ def fit(value: Any, t: JsonType) -> tuple[Any, bool]:
         ok = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
         return (value if ok else None), ok
     if t == "double":
+        if isinstance(value, str) and value in _NON_NUMBERS:
+            return _NON_NUMBERS[value], True
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return (float(value) if ok else None), ok
     if t == "boolean":

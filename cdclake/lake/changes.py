@@ -27,7 +27,9 @@ from cdclake.contracts.watermark import Watermark
 from cdclake.lake.catalog import load_table, table_watermark
 from cdclake.lake.commit_order import earliest, latest
 
-OPERATIONS = ("INSERT", "UPDATE", "DELETE")
+OPERATIONS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+"""A TRUNCATE's change has the key ``*`` and no ``after``: every row of the table before it is gone."""
+ROWLESS = ("DELETE", "TRUNCATE")
 Position = tuple[int, tuple[int, ...], str, int]
 """(commit time in microseconds, ordering value, producer, sequence)."""
 
@@ -41,7 +43,7 @@ class Change:
     table: str
     operation: str
     key: str
-    after: dict[str, Any] | None  # the row as applied; None for a DELETE
+    after: dict[str, Any] | None  # the row as applied; None for a DELETE or TRUNCATE
     order: list[int]
     source: str
     sequence: int
@@ -151,7 +153,7 @@ def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Chan
                 table,
                 op,
                 str(r[h.KEY]),
-                None if op == "DELETE" else {c: r[c] for c in data_columns},
+                None if op in ROWLESS else {c: r[c] for c in data_columns},
                 [int(o) for o in (r.get(h.ORDER) or [r[h.SEQ]])],
                 str(r[h.SOURCE]),
                 int(r[h.SEQ]),

@@ -170,7 +170,9 @@ def with_as_of(statement: str, catalogs: Sequence[str], namespace: str, as_of: A
 def history_sql(catalog: str, namespace: str, table: str) -> str:
     """The row history of ``table`` (SCD type 2), from its change history: every applied change
     with ``_commit_timestamp`` (the run's commit time), ``_cdc_valid_from`` / ``_cdc_valid_to`` (the next
-    change of the key, NULL while current) and ``_cdc_is_current``; a DELETE closes its key. Snapshot
+    change of the key, NULL while current) and ``_cdc_is_current``; a DELETE closes its key. A
+    TRUNCATE is a row of its own (key ``*``, never current); it does not close the keys it
+    removed (README, "TRUNCATE"). Snapshot
     expiry does not touch it (the change history's rows stay). The row at T:
     ``_cdc_valid_from <= T AND (_cdc_valid_to IS NULL OR _cdc_valid_to > T) AND _cdc_operation <> 'DELETE'``."""
     source = ".".join(quote(p) for p in (catalog, namespace, table + CHANGES_SUFFIX))
@@ -178,6 +180,7 @@ def history_sql(catalog: str, namespace: str, table: str) -> str:
     return (
         f"SELECT c.*, {h.COMMITTED_AT} AS _commit_timestamp, {h.COMMITTED_AT} AS _cdc_valid_from, "
         f"lead({h.COMMITTED_AT}) OVER ({later}) AS _cdc_valid_to, "
-        f"lead({h.COMMITTED_AT}) OVER ({later}) IS NULL AND {h.OPERATION} <> 'DELETE' AS _cdc_is_current "
+        f"lead({h.COMMITTED_AT}) OVER ({later}) IS NULL AND {h.OPERATION} NOT IN ('DELETE', 'TRUNCATE') "
+        "AS _cdc_is_current "
         f"FROM {source} c WHERE {h.OUTCOME} = 'applied'"
     )

@@ -154,3 +154,11 @@ def test_key_toml_refuses_one_lake_table_with_two_keys() -> None:
     with pytest.raises(ConfigError, match="both land in lake table 'users' with different keys") as exc:
         key_toml(db, {"audit.users": ("tenant", "id")})
     assert exc.value.setting == "keys"
+
+
+def test_truncates_are_sent_not_skipped() -> None:
+    """Debezium's default ``skipped.operations=t`` drops TRUNCATE; the lake applies it (issue 29).
+    PostgreSQL (pgoutput) and MariaDB both send op ``t`` with ``none`` (Debezium Server 3.6)."""
+    for db in (PG, MARIA):
+        p = properties(db, Sink("http://rcv:8090"), name="shop", state_dir=Path("/s"))
+        assert p["debezium.source.skipped.operations"] == "none"

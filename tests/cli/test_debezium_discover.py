@@ -90,7 +90,7 @@ def test_discover_names_a_missing_table_and_a_wrong_password(pg: LogicalPostgres
         (("numeric", (40 << 16 | 2) + 4), "string"),  # past decimal(38): text, as with a schema
         (("_int4", -1, False, "int4"), "array<int>"),
         (("mood", -1, True), "string"),
-        (("money", -1), None),
+        (("money", -1), "decimal(38,2)"),  # decimal.handling.mode=string: its text, 2 digits
         (("tsrange", -1), None),
     ],
 )
@@ -103,7 +103,7 @@ def test_postgres_types(args: tuple[Any, ...], want: str | None) -> None:
     [
         (("tinyint", "tinyint(1)", 3, 0), "int"),
         (("int", "int(10) unsigned", 10, 0), "bigint"),
-        (("bigint", "bigint(20) unsigned", 20, 0), None),  # Debezium's default: precise decimal(20,0)
+        (("bigint", "bigint(20) unsigned", 20, 0), "decimal(20,0)"),  # bigint.unsigned.handling.mode=precise
         (("decimal", "decimal(65,2)", 65, 2), "string"),
         (("datetime", "datetime(6)", None, None), "timestamp_ntz"),
         (("bit", "bit(1)", 1, None), None),

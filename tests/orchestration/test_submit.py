@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cdclake.config.settings import PROJECT_ROOT
 from cdclake.dev.stack import free_port
 from cdclake.orchestration import submit
 from tests.support import make_settings
@@ -32,6 +33,11 @@ def test_a_lost_connect_server_fails_the_task_soon_and_says_so(tmp_path: Path, m
         submit.run_on_connect(settings, __name__, [], retry=quick)  # main() below
     assert "cdclake status" in str(err.value) and "UNAVAILABLE" in str(err.value)
     assert time.monotonic() - t0 < 60  # pyspark's own policy would wait 10 minutes
+    # The README quotes this very line, for its example server (issue 29, item 7).
+    port = url.rsplit(":", 1)[1]
+    logged = f"RuntimeError: {err.value}".replace(f"127.0.0.1:{port}", "127.0.0.1:15002")
+    readme = " ".join((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"`` {logged} ``" in readme, logged
 
 
 def test_a_jobs_own_error_is_left_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -364,7 +364,9 @@ def fold(events: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
         if key in newest and newest[key] > order:
             continue
         newest[key] = order
-        if ev["operation"] == "DELETE":
+        if ev["operation"] == "TRUNCATE":
+            rows.clear()  # in order: every row so far is older than it
+        elif ev["operation"] == "DELETE":
             rows.pop(key, None)
         else:
             rows[key] = ev["after"]
