@@ -46,7 +46,16 @@ from tests.support.debezium_server import (
     missing,
     running,
 )
-from tests.support.type_compare import Diff, LakeRead, compare, lake_read, maria_connect, pg_connect, source_rows
+from tests.support.type_compare import (
+    Diff,
+    LakeRead,
+    compare,
+    lake_read,
+    maria_connect,
+    pg_connect,
+    quarantine_reasons,
+    source_rows,
+)
 
 pytestmark = [
     pytest.mark.debezium,
@@ -176,7 +185,9 @@ def apply_and_compare(spark: Any, s: Source) -> None:
             lake[table] = exc
             diffs[table] = Diff(cells=[f"apply or read failed: {exc!r}"[:500]])
             continue
-        diffs[table] = compare(source, read, cols)
+        diffs[table] = d = compare(source, read, cols)
+        if d.missing:
+            d.quarantined = quarantine_reasons(spark, f"{settings.catalog_name}.{settings.namespace}.{table}")
     s.lake.append(lake)
     s.diffs.append(diffs)
     for table, d in diffs.items():
@@ -253,6 +264,8 @@ def _all(s: Source, what: str) -> list[str]:
     for n, diffs in enumerate(s.diffs, 1):
         for table, d in diffs.items():
             items = getattr(d, what)
+            if what == "missing" and items:
+                items = [f"{items} quarantined because: {d.quarantined}"]
             out += [f"apply {n} {table}: {x}" for x in items] if items else []
     return out
 
@@ -261,7 +274,7 @@ def _all(s: Source, what: str) -> list[str]:
 def test_no_row_is_missing_or_extra(source: str, matrix: dict[str, Source]) -> None:
     """After every apply the lake has exactly the source's rows (by key), the TRUNCATE included."""
     s = matrix[source]
-    assert not (_all(s, "missing") + _all(s, "extra"))
+    assert not (_all(s, "missing") + _all(s, "extra")), "\n".join(_all(s, "missing") + _all(s, "extra"))
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -269,7 +282,18 @@ def test_every_cell_lands_exactly(source: str, matrix: dict[str, Source]) -> Non
     """Typed where the Iceberg type holds the value exactly, else NULL plus the exact text in
     ``<column>__text``; never a silent NULL, a wrap, a clamp or a rounding."""
     cells = _all(matrix[source], "cells")
-    assert not cells, f"{len(cells)} differing cells:\n" + "\n".join(cells)
+    assert not cells, f"{len(cells)} differing cells:\n" + "\n".join(_by_column(cells))
+
+
+def _by_column(cells: list[str]) -> list[str]:
+    """One line per (apply, table, column): how many cells differ there, and the first of them."""
+    first: dict[str, tuple[int, str]] = {}
+    for line in cells:
+        head, _, rest = line.partition(": id=")
+        column = rest.split(" ", 2)[1] if rest else ""
+        n, example = first.get(f"{head} {column}", (0, line))
+        first[f"{head} {column}"] = (n + 1, example)
+    return [f"{n} x {example}" for n, example in first.values()]
 
 
 @pytest.mark.parametrize("source", SOURCES)

@@ -96,12 +96,27 @@ def _key(v: Any) -> Any:
     return int(v) if v is not None else None
 
 
+def quarantine_reasons(spark: Any, ident: str, limit: int = 8) -> list[str]:
+    """The distinct reasons in ``<ident>__quarantine`` (why rows are missing), if it exists."""
+    q = ident + "__quarantine"
+    if not spark.catalog.tableExists(q):
+        return []
+    spark.catalog.refreshTable(q)
+    df = spark.table(q)
+    reason = next((c for c in df.columns if "reason" in c.lower()), None)
+    if reason is None:
+        return []
+    return [str(r[0])[:300] for r in df.select(reason).distinct().limit(limit).collect()]
+
+
 @dataclass
 class Diff:
     missing: list[Any] = field(default_factory=list)
     extra: list[Any] = field(default_factory=list)
     cells: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    """The quarantine's reasons, when rows are missing."""
 
     def empty(self) -> bool:
         return not (self.missing or self.extra or self.cells or self.types)
@@ -109,6 +124,7 @@ class Diff:
     def lines(self, label: str) -> list[str]:
         out = [f"{label}: missing rows {self.missing}"] if self.missing else []
         out += [f"{label}: extra rows {self.extra}"] if self.extra else []
+        out += [f"{label}: quarantined: {q}" for q in self.quarantined]
         return out + [f"{label}: {t}" for t in self.types] + [f"{label}: {c}" for c in self.cells]
 
 
