@@ -292,7 +292,7 @@ def _by_column(cells: list[str]) -> list[str]:
     first: dict[str, tuple[int, str]] = {}
     for line in cells:
         head, _, rest = line.partition(": id=")
-        column = rest.split(" ", 2)[1] if rest else ""
+        column = "stale rows" if "columns differ" in rest else rest.split(" ", 2)[1] if rest else ""
         n, example = first.get(f"{head} {column}", (0, line))
         first[f"{head} {column}"] = (n + 1, example)
     return [f"{n} x {example}" for n, example in first.values()]

@@ -142,22 +142,30 @@ def compare(source: dict[Any, dict[str, Any]], lake: LakeRead, cols: Sequence[Co
     d.missing = sorted(k for k in src if k not in lake.rows)
     d.extra = sorted(k for k in lake.rows if k not in src)
     for key in sorted(k for k in src if k in lake.rows):
-        for c in cols:
-            want = m.expected(c.kind, src[key][c.name])
-            got_row = lake.rows[key]
-            try:
-                typed = m.canon_typed(c.kind, got_row.get(c.name))
-            except (ValueError, TypeError, ArithmeticError) as exc:
-                typed = f"unreadable {got_row.get(c.name)!r} ({exc})"
-            text = m.canon_text(c.kind, got_row.get(c.name + m.COMPANION))
-            if not want.holds(typed, text):
-                d.cells.append(
-                    f"id={key} {c.name} ({c.ddl}) source {_show(src[key][c.name])}: "
-                    f"want {_show(want.typed)}{' (typed or text)' if want.either else ''}"
-                    f"{'' if want.text is None else ' text ' + _show(want.text)}, "
-                    f"got {_show(typed)}{'' if text is None else ' text ' + _show(text)}"
-                )
+        row = _row_cells(key, src[key], lake.rows[key], cols)
+        # Most of a row differing is one finding (an update quarantined, a stale row), not many.
+        many = len(cols) > 2 and len(row) > len(cols) // 2
+        d.cells += [f"id={key}: {len(row)} of {len(cols)} columns differ (stale row?), e.g. {row[0]}"] if many else row
     return d
+
+
+def _row_cells(key: Any, src: dict[str, Any], got_row: dict[str, Any], cols: Sequence[Col]) -> list[str]:
+    out = []
+    for c in cols:
+        want = m.expected(c.kind, src[c.name])
+        try:
+            typed = m.canon_typed(c.kind, got_row.get(c.name))
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            typed = f"unreadable {got_row.get(c.name)!r} ({exc})"
+        text = m.canon_text(c.kind, got_row.get(c.name + m.COMPANION))
+        if not want.holds(typed, text):
+            out.append(
+                f"id={key} {c.name} ({c.ddl}) source {_show(src[c.name])}: "
+                f"want {_show(want.typed)}{' (typed or text)' if want.either else ''}"
+                f"{'' if want.text is None else ' text ' + _show(want.text)}, "
+                f"got {_show(typed)}{'' if text is None else ' text ' + _show(text)}"
+            )
+    return out
 
 
 def _show(v: Any) -> str:

@@ -143,6 +143,7 @@ MARIA_COLS: tuple[Col, ...] = (
     Col("c_binary", "BINARY(4)", "binary", (b"\x00\x00\x00\x00", b"\xff\x01\x00\x00")),
     Col("c_varbinary", "VARBINARY(10)", "binary", (b"", b"\x00")),
     Col("c_blob", "BLOB", "binary", (bytes(range(256)), b"")),
+    Col("c_uuid", "UUID", "string", ("00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff")),
     Col("c_json", "JSON", "json", ('{"a": 1.00000000000000000001, "b": "😀"}', "null", "[]")),
     Col("c_date", "DATE", "date", ("0001-01-01", "9999-12-31", "1000-01-01")),
     Col(
