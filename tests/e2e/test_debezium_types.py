@@ -131,7 +131,7 @@ def ids(cols: tuple[tm.Col, ...], first: int) -> list[int]:
 
 def snapshot(s: Source) -> None:
     """Before Debezium starts: the rows its snapshot reads."""
-    for row_id, values in tm.rows(s.cols, 1):
+    for row_id, values in tm.rows(s.cols, 1) + tm.isolated(s.cols, 1000):
         s.writer.insert(row_id, values)
     for i in (1, 2, 3):
         s.writer.execute("INSERT INTO scratch VALUES (%s, %s)", [i, f"row {i} 😀"])
@@ -144,7 +144,7 @@ def phase(s: Source, n: int) -> None:
     """Phase ``n`` of the streamed writes (1: inserts; 2: updates, deletes; 3: TRUNCATE, DROP COLUMN)."""
     w = s.writer
     if n == 1:
-        for row_id, values in tm.rows(s.cols, 101):
+        for row_id, values in tm.rows(s.cols, 101) + tm.isolated(s.cols, 2000):
             w.insert(row_id, values)
         w.execute("INSERT INTO scratch VALUES (%s, %s)", [4, "streamed"])
         if not s.pg:

@@ -3,7 +3,8 @@ edge values, the rows that carry them, the phases of writes (inserts, updates, d
 TRUNCATE, a DROP COLUMN) and the source read back through its own driver (psycopg2, PyMySQL).
 
 Row ``i`` (ids 1..N, snapshot; 101..100+N, streamed) holds edge value ``i % len(values)`` of every
-column, so every edge value is in some row; one more row is all NULL. Updates rotate a row to the
+column, so every edge value is in some row; one more row is all NULL. Rows 1000.. (snapshot) and
+2000.. (streamed) hold one edge value each, every other column NULL. Updates rotate a row to the
 next edge value of every column (a value needing the companion replaced by one that fits, and back).
 Every statement binds its values as parameters; column names and types are this module's constants.
 """
@@ -172,6 +173,18 @@ def rows(cols: Sequence[Col], first_id: int) -> list[tuple[int, list[Any]]]:
     n = max(len(c.values) for c in cols)
     out = [(first_id + i, [c.values[i % len(c.values)] for c in cols]) for i in range(n)]
     return [*out, (first_id + n, [None] * len(cols))]
+
+
+def isolated(cols: Sequence[Col], first_id: int) -> list[tuple[int, list[Any]]]:
+    """One row per edge value of each column, every other column NULL: a value that goes wrong
+    shows on its own, not hidden by another column's value quarantining the row it shares."""
+    out: list[tuple[int, list[Any]]] = []
+    for i, c in enumerate(cols):
+        for v in c.values:
+            row: list[Any] = [None] * len(cols)
+            row[i] = v
+            out.append((first_id + len(out), row))
+    return out
 
 
 def rotated(cols: Sequence[Col], i: int) -> list[Any]:
