@@ -155,7 +155,7 @@ def _row_cells(key: Any, src: dict[str, Any], got_row: dict[str, Any], cols: Seq
         want = m.expected(c.kind, src[c.name])
         try:
             typed = m.canon_typed(c.kind, got_row.get(c.name))
-        except (ValueError, TypeError, ArithmeticError) as exc:
+        except (ValueError, TypeError, ArithmeticError, AttributeError) as exc:  # a wrong type: a finding
             typed = f"unreadable {got_row.get(c.name)!r} ({exc})"
         text = m.canon_text(c.kind, got_row.get(c.name + m.COMPANION))
         if not want.holds(typed, text):

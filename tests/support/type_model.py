@@ -309,6 +309,6 @@ def canon_text(kind: str, text: str | None) -> Any:
             return date_key(text) if kind == "date" else timestamp_key(text)
         if kind == "interval":
             return interval_key(text)
-    except (ValueError, InvalidOperation):
+    except (ValueError, InvalidOperation, AttributeError):
         return f"unparsable companion {text!r}"
     return text
