@@ -18,6 +18,7 @@ from cdclake.lake.changes import read_changes
 from cdclake.lake.spark import table_ident
 from cdclake.lake.statements import history_sql
 from receiver.app import create_app
+from spark_jobs.system import CRASH_POINTS, SimulatedCrash
 from tests.jobs.test_semantics import batch, ev, rows
 from tests.support import apply_all, stage
 
@@ -127,3 +128,20 @@ def test_debezium_truncate_lands_as_a_truncate(spark: Any, settings: Settings) -
     assert (t.rowId, t.before, t.after, t.order) == ("*", None, None, [12, 12])
     apply_all(spark, settings)
     assert rows(spark, settings) == {"3": {"id": 3}}
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_at_any_point_of_a_run_with_a_truncate_then_the_rerun(
+    spark: Any, settings: Settings, point: str
+) -> None:
+    first = [batch(1, *[ev(i, "INSERT", str(i), {"id": i, "v": i}) for i in (1, 2, 3)])]
+    second = [batch(2, ev(4, "UPDATE", "1", {"id": 1, "v": 10}), truncate(6), ev(7, "INSERT", "2", {"id": 2, "v": 20}))]
+    stage(settings, first)
+    apply_all(spark, settings)
+    stage(settings, second)
+    with pytest.raises(SimulatedCrash):
+        apply_all(spark, settings, crash_at=point)
+    (result,) = apply_all(spark, settings)
+    assert rows(spark, settings) == expected_runs([first, second]).tables["t"] == {"2": {"id": 2, "v": 20}}
+    log = spark.table(table_ident(settings, "t__changes")).where("_cdc_operation = 'TRUNCATE'").collect()
+    assert [r["_cdc_outcome"] for r in log] == ["applied"], (point, result)
