@@ -15,7 +15,7 @@ by the independent reference model (tests/support/type_model.py):
 2. every row updated to other edge values, deletes, an insert;
 3. TRUNCATE scratch (and an insert after it), DROP COLUMN, more updates, a delete, an insert.
 
-``.venv/bin/pytest tests/e2e/test_debezium_types.py``: 2.5-3.5 minutes on the shared 2-core machine
+``.venv/bin/pytest tests/e2e/test_debezium_types.py``: 1.5-3.5 minutes on the shared 2-core machine
 (two Debezium Servers starting, nine applies). The differences found print to stderr as they are
 found (``[matrix] <source> apply <n> <table>: ...``).
 """
