@@ -141,6 +141,23 @@ def _variable_decimal(v: Any) -> Any:
     return format(exact, "f") if fits(exact, p, s) else Companion(format(exact, "f"))
 
 
+# Debezium's string mode names a PostgreSQL numeric's infinities by Java's constants (NaN it sends
+# as "NAN", which Decimal reads).
+_TEXT_INFINITIES = {"POSITIVE_INFINITY": "Infinity", "NEGATIVE_INFINITY": "-Infinity"}
+
+
+def bits(v: Any) -> Any:
+    """``io.debezium.data.Bits``: Debezium sends a BIT(n)'s bytes least significant first
+    (java.util.BitSet's order); the column holds them as the source does, most significant first."""
+    if not isinstance(v, str) or v == UNAVAILABLE:
+        return v
+    try:
+        raw = base64.b64decode(v, validate=True)
+    except (binascii.Error, ValueError):
+        return v
+    return base64.b64encode(raw[::-1]).decode()
+
+
 def text_decimal(precision: int, scale: int) -> Convert:
     """A decimal sent as its exact text (``decimal.handling.mode=string``) for a
     ``decimal(precision,scale)`` column: the digits when they fit; NaN, ±Infinity and values with
@@ -150,6 +167,8 @@ def text_decimal(precision: int, scale: int) -> Convert:
     def convert(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, str):
             return v  # a JSON number (decimal.handling.mode=double) is cast by the column
+        if v in _TEXT_INFINITIES:
+            return Companion(_TEXT_INFINITIES[v])
         try:
             exact = Decimal(v)
         except ArithmeticError:
@@ -220,7 +239,7 @@ _LOGICAL: dict[str, tuple[str, Convert]] = {
     "org.apache.kafka.connect.data.Time": ("bigint", time_micros(1_000)),
     "io.debezium.time.MicroTime": ("bigint", same),
     "io.debezium.time.NanoTime": ("bigint", time_micros(1, 1_000)),
-    "io.debezium.data.Bits": ("binary", same),
+    "io.debezium.data.Bits": ("binary", bits),
     "io.debezium.time.Year": ("int", same),
 }
 

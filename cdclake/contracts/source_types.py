@@ -74,6 +74,13 @@ MODES: tuple[Mode, ...] = (
         "`numeric` (the default) sends microseconds counting a month as 30.4375 days and clamps past "
         "2^63-1 µs; `string` sends PostgreSQL's interval as exact ISO-8601 text (`P1Y2M3DT4H5M6.5S`)",
     ),
+    Mode(
+        "enable.time.adjuster",
+        "false",
+        "MariaDB/MySQL: `true` (the default) reads years 0 to 69 as 2000 to 2069 and 70 to 99 as "
+        "1970 to 1999, so `0001-01-01` lands as `2001-01-01`; `false` keeps every year as stored "
+        "(the PostgreSQL connector has no such setting and ignores it)",
+    ),
 )
 """The connector settings every generated configuration carries, with what they fix."""
 

@@ -637,7 +637,9 @@ def _check(post: Any) -> None:
         return
     valid(batch)
     for ev in batch.events:
-        assert ev.metadata is not None and ev.metadata["op"] in "cdru"
+        assert ev.metadata is not None and ev.metadata["op"] in "cdrut"
+        # a TRUNCATE carries no row image and the key of every row
+        assert ev.operation != "TRUNCATE" or (ev.metadata["op"] == "t" and ev.before is None and ev.after is None)
     assert to_batch(copy.deepcopy(post)) == batch
 
 

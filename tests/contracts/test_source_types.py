@@ -40,6 +40,8 @@ def test_numerics_sent_as_text_keep_their_declared_decimal_types() -> None:
         ("n2", "NAN", "NaN"),
         ("n", "Infinity", "Infinity"),
         ("n2", "-Infinity", "-Infinity"),
+        ("n", "POSITIVE_INFINITY", "Infinity"),  # what Debezium 3.6's string mode sends (type matrix)
+        ("n2", "NEGATIVE_INFINITY", "-Infinity"),
         ("n", PI_50, PI_50),  # 50 fractional digits: more than decimal(38,18)'s 18
         ("n", "0.00000000000000000001", "0.00000000000000000001"),  # 1e-20
         ("n", "123456789012345678901234.5", "123456789012345678901234.5"),  # 24 integer digits
@@ -145,3 +147,38 @@ def test_discovery_types_what_the_modes_send() -> None:
 def test_the_readme_carries_the_type_table_of_the_code() -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     assert source_types.markdown() in readme, "README's type table differs: paste source_types.markdown()"
+
+
+@pytest.mark.parametrize(
+    ("sent", "text"),
+    [(-2147472693, "infinity"), (-2147472692, "-infinity"), (-622191234, "infinity"), (-625821272, "-infinity")],
+)
+def test_postgres_date_infinities_land_as_their_names_not_as_dates(sent: int, text: str) -> None:
+    """Debezium's sentinel day counts (streamed, and from the snapshot) for 'infinity' and
+    '-infinity': no date has them (PostgreSQL's start in 4714 BC)."""
+    after, _ = one(pg_row(1, dt=sent))
+    assert (after["dt"], after["dt__text"]) == (None, text)
+
+
+@pytest.mark.parametrize(("sent", "text"), [(9223372036825200000, "infinity"), (-9223372036832400000, "-infinity")])
+def test_postgres_timestamp_infinities_land_as_their_names(sent: int, text: str) -> None:
+    convert = debezium_types.field_type({"type": "int64", "name": "io.debezium.time.MicroTimestamp"})
+    assert convert is not None
+    assert convert[1](sent) == Companion(text)
+
+
+def test_bits_land_most_significant_byte_first() -> None:
+    """Debezium sends a BIT(64)'s bytes least significant first; the source (and PyMySQL) holds
+    b'\\x00...\\x01' for 1."""
+    kind, convert = debezium_types.field_type({"type": "bytes", "name": "io.debezium.data.Bits"}) or ("", None)
+    assert kind == "binary" and convert is not None
+    sent = base64.b64encode(bytes([1, 0, 0, 0, 0, 0, 0, 0])).decode()
+    assert base64.b64decode(convert(sent)) == bytes([0, 0, 0, 0, 0, 0, 0, 1])
+
+
+def test_the_time_adjuster_is_off_so_year_1_stays_year_1() -> None:
+    db = debezium_config.Database("mariadb", "127.0.0.1", 3306, "dbz", "pw", "shop", ("shop.t",))
+    props = debezium_config.properties(
+        db, debezium_config.Sink("http://127.0.0.1:8090"), name="shop", state_dir=Path("/s")
+    )
+    assert props["debezium.source.enable.time.adjuster"] == "false"
