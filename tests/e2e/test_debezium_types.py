@@ -23,6 +23,7 @@ found (``[matrix] <source> apply <n> <table>: ...``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -279,12 +280,41 @@ def test_no_row_is_missing_or_extra(source: str, matrix: dict[str, Source]) -> N
     assert not (_all(s, "missing") + _all(s, "extra")), "\n".join(_all(s, "missing") + _all(s, "extra"))
 
 
+# What Debezium 3.6 itself changes before the receiver sees it (README, "Source types"): each
+# must still differ exactly so (when Debezium fixes one, this test says so and its line goes),
+# and nothing else may. Snapshot rows are ids below 2000 except the streamed 101-999.
+DEBEZIUM_LOSSES = {
+    "pg": {
+        # the initial snapshot reads a BC date as the same day AD
+        "BC date in the snapshot": re.compile(
+            r"types: id=(\d{1,2}|1\d{3}) c_date \(date\) source '0044-03-15 BC': "
+            r"want -735161 \(typed or text\), got -703383$"
+        ),
+    },
+    "mariadb": {
+        # the initial snapshot rounds a FLOAT to 6 significant digits
+        "FLOAT in the snapshot": re.compile(
+            r"types: id=(\d{1,2}|1\d{3}) c_float \(FLOAT\) source \S+: want '\w+', got '\w+'$"
+        ),
+        # a streamed ENUM label outside the connection's character set
+        "emoji ENUM label streamed": re.compile(
+            r"types: id=\d+ c_enum \(ENUM\('a','😀'\)\) source '😀': want '😀', got '\?'$"
+        ),
+    },
+}
+
+
 @pytest.mark.parametrize("source", SOURCES)
 def test_every_cell_lands_exactly(source: str, matrix: dict[str, Source]) -> None:
     """Typed where the Iceberg type holds the value exactly, else NULL plus the exact text in
-    ``<column>__text``; never a silent NULL, a wrap, a clamp or a rounding."""
+    ``<column>__text``; never a silent NULL, a wrap, a clamp or a rounding — but for Debezium's own
+    losses (:data:`DEBEZIUM_LOSSES`), which must still be what differs there."""
+    losses = DEBEZIUM_LOSSES[source]
     cells = _all(matrix[source], "cells")
-    assert not cells, f"{len(cells)} differing cells:\n" + "\n".join(_by_column(cells))
+    seen = {name for line in cells for name, rule in losses.items() if rule.search(line)}
+    others = [line for line in cells if not any(rule.search(line) for rule in losses.values())]
+    assert not others, f"{len(others)} differing cells:\n" + "\n".join(_by_column(others))
+    assert seen == set(losses), f"Debezium no longer loses {sorted(set(losses) - seen)}: drop it here and in the README"
 
 
 def _by_column(cells: list[str]) -> list[str]:
