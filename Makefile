@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc docs sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
 
 PY := .venv/bin/python
 
@@ -48,6 +48,12 @@ lock:
 # docs/settings.md and .env.example from the settings' fields (tests/config fails while they are stale).
 settings-doc:
 	@$(PY) -m cdclake.dev.settingsdoc
+
+# The docs site (mkdocs.yml, docs/) into site/ (git-ignored), strictly: a broken link or anchor fails.
+# `make test` runs the same build (tests/project/test_docs.py). Offline: nothing is fetched.
+docs: setup
+	@NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	@echo "docs: site/index.html"
 
 clean-state:
 	rm -rf .cdclake

@@ -28,8 +28,8 @@ def main() -> None:
         sys.exit(problem)
     app = create_app(settings)
     # A decoded 10,000-event batch is ~200k objects: at the default thresholds the collector
-    # rescans every live batch many times per request (measured: 38% of the time at that size,
-    # `make bench-receiver`). Batches hold no cycles, so collect far less often.
+    # rescans every live batch many times per request (docs/benchmarks.md, "The receiver's garbage
+    # collector"). Batches hold no cycles, so collect far less often.
     gc.set_threshold(100_000, 50, 100)
     gc.freeze()
     config = server_config(

@@ -359,7 +359,7 @@ def _use_wal(engine: Engine) -> None:
     """Switch a SQLite catalog to write-ahead logging (a property of the database file, kept).
 
     With the default rollback journal every commit costs three fsyncs (journal, database,
-    journal delete): 17 ms here, a ceiling of ~60 commits/s for the whole catalog. A WAL commit
+    journal delete; docs/benchmarks.md, "SQLite catalog commits"). A WAL commit
     is one fsync of the log (synchronous stays FULL: as durable), and readers (loads) no longer
     wait for a writer. sqlite-jdbc (Spark) and pyiceberg both read WAL databases unchanged."""
     with engine.connect() as conn:

@@ -60,11 +60,9 @@ DEFAULT_HTTP_PORT = 8089
 #
 # Batching: the receiver's per-producer token bucket counts requests (CDCLAKE_RATE_LIMIT_BURST 50,
 # CDCLAKE_RATE_LIMIT_PER_S 10), and the sink answers its 429 with the fixed retry pause below (it
-# does not read Retry-After). So events/s are capped at about 10 x batch.max-size: at 200 a large
-# transaction landed 1,810 events/s (README, "Debezium Server's HTTP sink": tests/bench/debezium_update.py),
-# the time of a request being the bucket's, not the sink's nor the receiver's (~15 ms each for 200
-# events with schemas, measured from the receiver's log with the limit off). One event per
-# request (Debezium's default) moved 11 events/s. 1024 is half of a full poll (the connector's
+# does not read Retry-After). So events/s are capped at about 10 x batch.max-size, the time of a
+# request being the bucket's, not the sink's nor the receiver's (the figures: docs/benchmarks.md,
+# "Debezium Server's HTTP sink" and "Debezium sink requests"). 1024 is half of a full poll (the connector's
 # max.batch.size, 2048), so a poll goes in two equal requests, no short tail request costing a
 # token; 100,000 changes are 98 requests, within what the bucket allows in the ~8 s they take.
 # The price is the largest row: a request must stay under CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB),

@@ -69,7 +69,7 @@ COMPOSE_NOTES = {
 """What compose does with a setting, beyond what its field says."""
 
 ENV_HEADER = """\
-# Settings of docker-compose.yaml: `cp .env.example .env`, fill in every secret (the README's
+# Settings of docker-compose.yaml: `cp .env.example .env`, fill in every secret (docs/deployment.md's
 # docker-compose section has a one-line command that fills them with random values), then
 # `docker compose up -d --build`. Each other value shown is the default compose uses when the
 # variable is unset; commented lines show cdclake's own default (uncomment to change it).
@@ -86,7 +86,8 @@ Every setting is an environment variable, read when a process starts (never at i
 value stops the process with an error naming the variable and the limit. Unset or empty, a
 variable takes its default (except where its meaning says "set but empty"). `<repo>` is the
 repository, `$CDCLAKE_HOME` the state folder. docker-compose reads its own `.env`
-([.env.example](../.env.example) lists its variables and the values it uses).
+(`.env.example`, at the repository's root, lists its variables and the values it uses; see
+[docker-compose](deployment.md#docker-compose)).
 """
 
 

@@ -49,11 +49,9 @@ def apply_task_count(settings: Settings) -> int:
 
     On ``local[N]``, N // 2 (at least 1): one small apply alone keeps ~1.6 cores busy (driver
     planning and commits, its stages, the JIT compiling what they generate), so two at once on
-    two cores only share them, and every event waits for the slower passes. Measured with
-    ``make bench-freshness`` (3 tables, 1,000 events/s, local[2], side by side): one task p50
-    7.5 s / p95 12.2 s, two tasks 8.7 / 15.4, three (one per table, before this setting) 11.5 /
-    16.3. A
-    cluster's cores are not known here: as many tasks as CDCLAKE_MAX_MAPPED_TASKS allows."""
+    two cores only share them, and every event waits for the slower passes (measured with
+    ``make bench-freshness``: docs/benchmarks.md, "Apply tasks per run"). A cluster's cores are
+    not known here: as many tasks as CDCLAKE_MAX_MAPPED_TASKS allows."""
     if settings.apply_tasks:
         return min(settings.apply_tasks, settings.max_mapped_tasks)
     m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", settings.spark_master.strip())

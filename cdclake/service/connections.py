@@ -21,8 +21,8 @@ client can read the answer rather than a reset), and no further request is parse
 Java's HttpClient (Debezium Server's HTTP sink) offers ``Upgrade: h2c`` with the POST body on
 http:// URLs. httptools treats such a request as bodiless and the body as the next request; h11
 reads the body and lets the server decline the offer by answering over HTTP/1.1 (RFC 9110 §7.8).
-h11 costs ~3x httptools' CPU per request (measured: +350 us for a 26 KB body, +1.3 ms for 258 KB),
-so a connection moves to h11 only when its first request carries an Upgrade other than websocket.
+h11 costs more CPU per request than httptools (docs/benchmarks.md, "h11 vs httptools"), so a
+connection moves to h11 only when its first request carries an Upgrade other than websocket.
 Java makes the offer with every request while it holds no h2c connection to the host (JDK
 ``Http2ClientImpl.getConnectionFor``), so with the first request of each connection.
 """

@@ -5,7 +5,7 @@
 Per sink setting: seconds from starting Debezium Server until it answers /q/health and until its
 first (snapshot) event landed, and events/s of one ``--rows``-row INSERT transaction from its commit until the
 last row landed, with the receiver's request count and bytes per event (its /metrics).
-Retries are Debezium's defaults (5 attempts 1 s apart, as measured in the README), not the
+Retries are Debezium's defaults (5 attempts 1 s apart, as measured in docs/benchmarks.md), not the
 recommended ones: they matter only when the receiver refuses, here its rate limit in the
 one-event-per-request case.
 """

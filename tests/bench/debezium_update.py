@@ -7,7 +7,7 @@ The sink has the recommended settings of ``cdclake debezium`` (schemas on, batch
 side by side in the same run, the same UPDATE with ``cdclake debezium --discover --no-schemas``
 (no schemas, batches of 1024, the source's types from the table config) and, as the baseline,
 ``schemas.enable=false`` with batches of 1000 and no configured types (the fastest setting
-measured in the README, but without the source's types).
+measured in docs/benchmarks.md, but without the source's types).
 Per setting, seconds from the UPDATE's commit until every change landed in staging (and the
 receiver's events/s), then one apply of the table (Spark, in this process, as a ``cdc_apply``
 task runs it; Airflow's scheduling share is what ``make bench-freshness`` measures), then

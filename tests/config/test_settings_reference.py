@@ -43,18 +43,19 @@ def test_every_field_has_one_line_of_doc_and_a_section() -> None:
         assert (f.default is dataclasses.MISSING) == bool(s.derived), f"{name}: a default, or a derived one"
 
 
-def _readme_rows() -> list[tuple[int, str, str]]:
-    """``(line, names cell, default cell)`` of every row of README tables headed
-    ``| variable | default | meaning |``."""
+def _readme_rows() -> list[tuple[str, str, str]]:
+    """``(file:line, names cell, default cell)`` of every row of the docs' tables headed
+    ``| variable | default | meaning |`` (docs/configuration.md, docs/querying.md; README.md too)."""
     rows, in_table = [], False
-    for n, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1):
-        if line.startswith("| variable | default |"):
-            in_table = True
-        elif not line.startswith("|"):
-            in_table = False
-        elif in_table and not line.startswith("|---"):
-            cells = [c.strip() for c in line.strip("|").split(" | ")]
-            rows.append((n, cells[0], cells[1]))
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("| variable | default |"):
+                in_table = True
+            elif not line.startswith("|"):
+                in_table = False
+            elif in_table and not line.startswith("|---"):
+                cells = [c.strip() for c in line.strip("|").split(" | ")]
+                rows.append((f"{path.relative_to(ROOT)}:{n}", cells[0], cells[1]))
     return rows
 
 
@@ -71,7 +72,7 @@ def _variables(cell: str) -> list[str]:
 
 
 def test_readme_settings_tables_agree_with_the_fields() -> None:
-    """README's settings tables are read by people before docs/settings.md: every row names a
+    """The docs' settings tables (docs/configuration.md's) are read by people before docs/settings.md: every row names a
     setting and shows its default (a backquoted value), or says it is empty or unset."""
     rows = _readme_rows()
     assert len(rows) > 60
@@ -83,4 +84,4 @@ def test_readme_settings_tables_agree_with_the_fields() -> None:
             expected = settingsdoc.shown(FIELDS[name])
             m = re.match(r"`([^`]*)`", part)
             said = m[1] if m else ""
-            assert said == expected, f"README.md:{line}: {name} default {part!r}, the field says {expected!r}"
+            assert said == expected, f"{line}: {name} default {part!r}, the field says {expected!r}"

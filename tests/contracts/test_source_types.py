@@ -1,6 +1,6 @@
 """Issue 29 (part A): every source value lands exactly. Hand-written envelopes in the forms a real
 Debezium Server 3.6 sent (tests/support/exact_values.py) through the receiver's conversion; the
-generated configuration's modes; the README's type table against the code's."""
+generated configuration's modes; docs/debezium.md's type table against the code's."""
 
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def test_the_generated_configuration_chooses_the_exact_modes(schemas: bool) -> N
     assert props["debezium.source.column.propagate.source.type"] == ".*"
     assert props["debezium.source.bigint.unsigned.handling.mode"] == "precise"
     assert props["debezium.source.interval.handling.mode"] == "string"
-    assert props["debezium.source.skipped.operations"] == "none"  # TRUNCATE sent (README, "TRUNCATE")
+    assert props["debezium.source.skipped.operations"] == "none"  # TRUNCATE sent (docs/debezium.md, "TRUNCATE")
     if not schemas:  # BIGINT UNSIGNED as a JSON number: base64 has no meaning without the schema
         assert props["debezium.format.value.decimal.format"] == "NUMERIC"
 
@@ -145,8 +145,8 @@ def test_discovery_types_what_the_modes_send() -> None:
 
 
 def test_the_readme_carries_the_type_table_of_the_code() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert source_types.markdown() in readme, "README's type table differs: paste source_types.markdown()"
+    readme = (Path(__file__).parents[2] / "docs" / "debezium.md").read_text(encoding="utf-8")
+    assert source_types.markdown() in readme, "docs/debezium.md's type table differs: paste source_types.markdown()"
 
 
 @pytest.mark.parametrize(

@@ -530,7 +530,7 @@ SECRET_NAME = re.compile(r"(PASSWORD|SECRET|SECRET_KEY|TOKEN)$")
 
 def test_no_secret_has_a_usable_default() -> None:
     """compose refuses to start while any secret is unset or empty, and nothing ships a value."""
-    for path in (COMPOSE, ENV_EXAMPLE, ROOT / "README.md"):
+    for path in (COMPOSE, ENV_EXAMPLE, ROOT / "docs" / "deployment.md"):
         assert "change-me" not in path.read_text(), f"{path.name} still offers a change-me secret"
     with pytest.raises(Refused):
         compose({})
@@ -556,7 +556,7 @@ def test_no_secret_has_a_usable_default() -> None:
 
 @pytest.mark.server
 def test_the_readme_fills_every_secret_of_a_fresh_env(tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "deployment.md").read_text()
     [line] = [ln for ln in readme.splitlines() if "openssl rand" in ln and ".env" in ln]
     (tmp_path / ".env.example").write_text(ENV_EXAMPLE.read_text())
     subprocess.run(["bash", "-ec", f"cp .env.example .env\n{line}"], cwd=tmp_path, check=True)

@@ -363,7 +363,7 @@ def test_truncate_empties_the_table(source: str, matrix: dict[str, Source]) -> N
 
 @pytest.mark.parametrize("source", SOURCES)
 def test_a_dropped_column_is_null_in_rows_written_after_the_drop(source: str, matrix: dict[str, Source]) -> None:
-    """Iceberg keeps a dropped source column (README): rows untouched since keep their values, rows
+    """Iceberg keeps a dropped source column (docs/debezium.md): rows untouched since keep their values, rows
     written after the drop hold NULL there, and every other column still matches (above)."""
     last = matrix[source].lake[-1].get("types")
     assert isinstance(last, LakeRead), last

@@ -1,8 +1,8 @@
-"""The freshness alert where the README says it is raised: on the embedded stack (real receiver,
+"""The freshness alert where docs/operations.md says it is raised: on the embedded stack (real receiver,
 Airflow scheduler and api-server, REST catalog), cdc_apply stays paused so acked data waits; once
 the wait passes the objective, a cdc_freshness run (the DAG its 5-minute schedule runs) fails its
 `check` task naming the table, and the REST catalog's /metrics shows the wait over the objective,
-as the README's example rule compares them."""
+as docs/operations.md's example rule compares them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.support import running_stack
 pytestmark = [pytest.mark.e2e]
 
 OBJECTIVE_S = 5
-README = Path(__file__).resolve().parents[2] / "README.md"
+RULE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def samples(text: str) -> dict[str, float]:
@@ -30,9 +30,9 @@ def samples(text: str) -> dict[str, float]:
 
 
 def readme_rule_metrics() -> set[str]:
-    """The metric names in the README's example Prometheus rule (its ```yaml block)."""
-    block = re.search(r"```yaml\n(groups:.*?)```", README.read_text(), re.S)
-    assert block, "README has no example Prometheus rule"
+    """The metric names in docs/operations.md's example Prometheus rule (its ```yaml block)."""
+    block = re.search(r"```yaml\n(groups:.*?)```", RULE_PAGE.read_text(), re.S)
+    assert block, "docs/operations.md has no example Prometheus rule"
     return set(re.findall(r"\b(cdclake_[a-z_]+)", block.group(1)))
 
 
@@ -80,10 +80,10 @@ def test_paused_applies_miss_the_objective_and_cdc_freshness_fails_naming_the_ta
         for table, n in objects.items():
             assert m[f'cdclake_table_pending_objects{{table="{table}"}}'] == n
             assert m[f'cdclake_table_freshness_objective_seconds{{table="{table}"}}'] == OBJECTIVE_S
-            # The README rule's comparison: the wait by commit time is over the objective.
+            # The docs' rule's comparison: the wait by commit time is over the objective.
             assert m[f'cdclake_table_freshness_seconds{{by="commit",table="{table}"}}'] > OBJECTIVE_S
             assert f'cdclake_table_freshness_seconds{{by="event",table="{table}"}}' not in m  # nothing applied
         assert m["cdclake_lake_metrics_up"] == 1.0
         declared = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
         missing = {n for n in readme_rule_metrics() if n not in declared and n.removesuffix("_total") not in declared}
-        assert not missing, f"the README's rule names metrics /metrics does not have: {missing}"
+        assert not missing, f"docs/operations.md's rule names metrics /metrics does not have: {missing}"

@@ -1,4 +1,4 @@
-"""What a Debezium-fed table does for each kind of source DDL (issue 29, item 6; README "Source
+"""What a Debezium-fed table does for each kind of source DDL (issue 29, item 6; docs/debezium.md "Source
 DDL"). Debezium sends no DDL to the sink: a change shows only in the Connect schema of the row
 events after it. Pinned here through the real apply, with envelopes as
 tests/jobs/test_column_defaults.py writes them:
@@ -10,7 +10,7 @@ tests/jobs/test_column_defaults.py writes them:
   widens (tests/jobs/test_type_drift.py).
 * Any other type change (int -> text): the column keeps its type and the run's values are read as
   text: one that is exactly a value of the column's type (its text is that value's one spelling)
-  lands typed, any other lands as NULL with its exact text in ``<column>__text`` (README "Source
+  lands typed, any other lands as NULL with its exact text in ``<column>__text`` (docs/debezium.md "Source
   types"): nothing quarantined. Also through a producer's own batches declaring ``columnTypes``,
   checked against the reference model (cdclake/dev/reference.py).
 * A value that does not fit while the declared type is the table's is wrong: still quarantined."""

@@ -33,10 +33,10 @@ def test_a_lost_connect_server_fails_the_task_soon_and_says_so(tmp_path: Path, m
         submit.run_on_connect(settings, __name__, [], retry=quick)  # main() below
     assert "cdclake status" in str(err.value) and "UNAVAILABLE" in str(err.value)
     assert time.monotonic() - t0 < 60  # pyspark's own policy would wait 10 minutes
-    # The README quotes this very line, for its example server (issue 29, item 7).
+    # docs/deployment.md quotes this very line, for its example server (issue 29, item 7).
     port = url.rsplit(":", 1)[1]
     logged = f"RuntimeError: {err.value}".replace(f"127.0.0.1:{port}", "127.0.0.1:15002")
-    readme = " ".join((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").split())
+    readme = " ".join((PROJECT_ROOT / "docs" / "deployment.md").read_text(encoding="utf-8").split())
     assert f"`` {logged} ``" in readme, logged
 
 

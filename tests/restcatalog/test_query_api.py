@@ -342,7 +342,7 @@ def test_lake_client_reads_rows_arrow_and_as_of(spark: Any, connect_url: str, la
         then = db.query(f"SELECT * FROM {TABLE}", as_of=lake.s1, max_rows=10_000)
         assert not diff(lake.expected("first"), rows_by_key(then.rows))
         assert then.snapshots == [{"table": f"{lake.ns}.{TABLE}", "snapshotId": lake.s1}]
-        # The README's dashboard query (its text; a date before every event).
+        # docs/querying.md's dashboard query (its text; a date before every event).
         dash = db.query(
             "SELECT status, count(*) AS n, sum(amount) AS total FROM orders WHERE _cdc_ts >= :since GROUP BY status",
             params={"since": "1970-01-01"},
@@ -427,7 +427,7 @@ def test_row_history_answers_the_row_at_any_time_after_snapshot_expiry(
         assert not diff(old.expected(), rows_by_key(rows(now)))
         stamps = query(api, f"SELECT DISTINCT _commit_timestamp FROM {TABLE}__history", maxRows=10)["rows"]
         assert len(stamps) == 2  # one per run
-    # The same text in Spark SQL, as README's "Row history" gives it.
+    # The same text in Spark SQL, as docs/querying.md's "Row history" gives it.
     from cdclake.lake.statements import history_sql
 
     plain = (
