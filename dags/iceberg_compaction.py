@@ -34,7 +34,7 @@ job takes too, so compaction never commits blindly against a concurrent apply
 `CDCLAKE_RESULT {...}` (files rewritten and added, bytes).
 
 **Params:** `tables` (empty = every candidate), `target_file_size_bytes` (default 128 MiB, the
-seed's), `min_input_files` (default 5, the seed's `minFilesToCompact`), `partial_progress`,
+the compaction API's), `min_input_files` (default 5, the compaction API's `minFilesToCompact`), `partial_progress`,
 `where` (a Spark SQL filter on the table's columns, e.g. `order_id < 1000`).
 
 Tables are grouped into at most `CDCLAKE_MAX_MAPPED_TASKS` mapped tasks, each compacting its
@@ -44,7 +44,7 @@ group in turn (`spark_jobs/group.py`).
 
 @dag(
     dag_id="iceberg_compaction",
-    schedule="0 * * * *",  # hourly, as the seed's compactionIntervalMs
+    schedule="0 * * * *",  # hourly, as the compaction API's compactionIntervalMs
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

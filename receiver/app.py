@@ -1,10 +1,10 @@
 """Starlette application factory: ``create_app(settings)``.
 
-POST /v1/batches        a batch: seed JSON, NDJSON events (batch fields in headers/query), or
+POST /v1/batches        a batch: protocol JSON, NDJSON events (batch fields in headers/query), or
                         Debezium change event(s); gzip/zstd bodies. Ack once durable.
 POST /v1/debezium       Debezium Server's HTTP sink: one change event or an array.
-WS   /ws, /v1/stream    the seed's streaming protocol (connect, cdc_batch, heartbeat, flush_request):
-                        one handler at both paths (/ws as the seed's producers use it).
+WS   /ws, /v1/stream    the streaming protocol (docs/protocol.md) (connect, cdc_batch, heartbeat, flush_request):
+                        one handler at both paths (/ws as existing producers use it).
 GET  /v1/sources/{id}   where a producer stands (lastAckSequence), for resumption over HTTP.
 GET  /health /ready /status /metrics /openapi.json, POST /flush (run cdc_apply now).
 """

@@ -1,6 +1,6 @@
 """Request bodies to batches: size limits, Content-Encoding, JSON / NDJSON / Debezium.
 
-Every failure is a :class:`receiver.rejected.Rejected` carrying the HTTP status, the seed's nack
+Every failure is a :class:`receiver.rejected.Rejected` carrying the HTTP status, the protocol's nack
 reason, and the field or limit at fault, so the transports answer alike.
 """
 
@@ -202,7 +202,7 @@ def decode_json(
     limits: names.Limits = names.DEFAULT,
     tables: debezium.TableRules = debezium.DEFAULT_RULES,
 ) -> Decoded:
-    """A seed-format batch, or Debezium change event(s) (one object or an array)."""
+    """A protocol-format batch, or Debezium change event(s) (one object or an array)."""
     try:
         check_event_sizes(body, max_event)
         return Decoded(events.decode_batch(body, limits), False)

@@ -63,7 +63,7 @@ def document(settings: Settings) -> dict[str, Any]:
             "version": "1",
             "description": (
                 "CDC batches in, durable acks out. The same batches stream over WebSocket at `/ws` and "
-                "`/v1/stream` (the seed's connect / cdc_batch / heartbeat / flush_request protocol; "
+                "`/v1/stream` (the protocol's connect / cdc_batch / heartbeat / flush_request protocol; "
                 "acks as here), which OpenAPI cannot describe: see the README's Producer protocol."
             ),
         },

@@ -1,4 +1,4 @@
-"""The seed's wire protocol on the receiver's side: ack and nack bodies built from the contract's
+"""The wire protocol (docs/protocol.md) on the receiver's side: ack and nack bodies built from the contract's
 Structs (:mod:`cdclake.contracts.protocol`), their encoding, and the WebSocket client messages.
 
 Client messages are decoded typed (msgspec), so a bad one is refused with the JSON path of the
@@ -38,7 +38,7 @@ def ack(
     correlation_id: str | None = None,
     rate_limit: Decision | None = None,
 ) -> Ack:
-    """With the token bucket's ``rate_limit`` decision for this batch, the ack carries the seed's
+    """With the token bucket's ``rate_limit`` decision for this batch, the ack carries the protocol's
     ``rateLimit`` block and ``details.remainingTokens`` / ``bucketCapacity``."""
     if rate_limit is not None:
         details.remainingTokens, details.bucketCapacity = rate_limit.remaining, rate_limit.limit

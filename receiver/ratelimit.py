@@ -1,4 +1,4 @@
-"""Token bucket per producer, as the seed's RateLimitConfig (burstCapacity, refillRate).
+"""Token bucket per producer, as the protocol's RateLimitConfig (burstCapacity, refillRate).
 
 Buckets are dropped with :meth:`RateLimiter.forget` when their producer goes idle
 (:mod:`receiver.sources`): an idle bucket is full, so forgetting it changes nothing.
@@ -35,8 +35,8 @@ class Decision:
         return h
 
     def block(self) -> RateLimit:
-        """The seed's ``rateLimit`` block of an ack. ``resetAt`` is Unix milliseconds, like every
-        other time in the seed's messages (the ``X-RateLimit-Reset`` header is Unix seconds)."""
+        """The protocol's ``rateLimit`` block of an ack. ``resetAt`` is Unix milliseconds, like every
+        other time in the protocol's messages (the ``X-RateLimit-Reset`` header is Unix seconds)."""
         reset_at = int(time.time() * 1000 + math.ceil(self.reset_s * 1000))
         return RateLimit(self.limit, self.remaining, reset_at)
 

@@ -1,7 +1,7 @@
 """The receiver's refusal: :class:`Rejected`, raised or returned wherever a batch or request is
 turned away (authentication, limits, rates, backpressure, bodies that do not decode).
 
-It carries the HTTP status, the seed's nack reason, and the field or limit at fault, so the
+It carries the HTTP status, the protocol's nack reason, and the field or limit at fault, so the
 transports (HTTP, WebSocket) answer alike (:func:`receiver.answer.refusal`).
 """
 

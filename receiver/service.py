@@ -99,7 +99,7 @@ class Service(Admission):
         self.metrics = metrics
         self.on_landed = on_landed
         self.in_flight = 0
-        # What the receiver holds that is not durable yet: the seed's status `buffer` (it keeps
+        # What the receiver holds that is not durable yet: the protocol's status `buffer` (it keeps
         # no other buffer: a batch is in memory only until it has landed).
         self.in_flight_bytes = 0
         self.in_flight_events = 0
@@ -244,7 +244,7 @@ class Service(Admission):
             eventsProcessed=a.events,
             bufferUtilization=round(self.backlog.utilization, 4),
             suggestedDelayMs=self.backlog.suggested_delay_ms() or None,
-            # The seed's persistedPath is one path; a batch of several tables lands one object
+            # The protocol's persistedPath is one path; a batch of several tables lands one object
             # per table, so all of them are in persistedPaths (sorted; the first is persistedPath).
             persistedPath=min(paths, default=None),
             persistedPaths=sorted(paths),

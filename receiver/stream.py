@@ -1,12 +1,12 @@
-"""WebSocket ``/ws`` and ``/v1/stream`` (one handler): the seed's streaming protocol.
+"""WebSocket ``/ws`` and ``/v1/stream`` (one handler): the streaming protocol (docs/protocol.md).
 
 Client: ``connect`` (resumption via the server's ``lastAckSequence`` in the ``status`` reply),
 ``cdc_batch``, ``heartbeat``, ``flush_request``. Server: ``ack`` / ``nack`` per batch (same
 answers as HTTP, see :mod:`receiver.service`) and ``status``. Frames are handled in order, one
 at a time per connection, so acks come back in the order batches were sent.
 
-Identity: the seed's ``sourceDoId`` is the producer's source id (the ``source`` of HTTP batches,
-the staging objects' producer, the key of sequence numbers and per-producer limits). The seed's
+Identity: the protocol's ``sourceDoId`` is the producer's source id (the ``source`` of HTTP batches,
+the staging objects' producer, the key of sequence numbers and per-producer limits). The protocol's
 producer also names itself in the upgrade's ``X-Client-ID`` (its sourceDoId) and ``X-Shard-Name``
 (its ``sourceShardName``) headers; a connection speaks for one source, so a header that
 contradicts the ``connect`` message is refused, and so is a batch for another ``sourceDoId``.
@@ -63,7 +63,7 @@ def connected(svc: Service) -> dict[str, int]:
 
 
 def status_message(svc: Service, source: str | None, **extra: Any) -> dict[str, Any]:
-    """The seed's StatusMessage. ``buffer.batchCount`` / ``utilization`` are the staging objects
+    """The protocol's StatusMessage. ``buffer.batchCount`` / ``utilization`` are the staging objects
     waiting for ``cdc_apply`` (what backpressure is measured on); ``eventCount`` /
     ``totalSizeBytes`` are the batches this receiver holds that are not durable yet."""
     body: dict[str, Any] = {
@@ -79,7 +79,7 @@ def status_message(svc: Service, source: str | None, **extra: Any) -> dict[str, 
         "connectedSources": len(connected(svc)),
         **extra,
     }
-    # Optional in the seed: absent, not null, until something has landed.
+    # Optional in the protocol: absent, not null, until something has landed.
     if svc.lander.last_landing_ms is not None:
         body["lastFlushTime"] = svc.lander.last_landing_ms
     return body

@@ -1,4 +1,4 @@
-"""The seed's partition endpoints: rows of pyiceberg's ``inspect.partitions()`` as JSON."""
+"""The partition endpoints (docs/querying.md): rows of pyiceberg's ``inspect.partitions()`` as JSON."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ Lakehouse page's compaction (cdclake.orchestration.lakehouse) all read them here
 from __future__ import annotations
 
 TARGET_FILE_SIZE_BYTES = 128 * 1024 * 1024
-"""Compaction's target data file size (the seed's targetFileSizeBytes)."""
+"""Compaction's target data file size (the compaction API's targetFileSizeBytes)."""
 MIN_INPUT_FILES = 5
-"""Small files a partition needs before compaction rewrites it (the seed's minFilesToCompact)."""
+"""Small files a partition needs before compaction rewrites it (the compaction API's minFilesToCompact)."""
 RETAIN_LAST = 5
 """Snapshots expiry always keeps."""
 SNAPSHOT_MAX_AGE_HOURS = 120

@@ -1,4 +1,4 @@
-"""The CDC event and batch contracts (the seed's wire format) and their validation.
+"""The CDC event and batch contracts (the wire format of docs/protocol.md) and their validation.
 
 Decoding is typed (msgspec): a malformed batch fails with :class:`InvalidBatch` whose ``field``
 is a JSON path such as ``$.events[3].sequence`` and whose ``message`` says what is wrong.
@@ -39,7 +39,7 @@ RowId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROW_ID_CHARS)]
 
 
 class CDCEvent(msgspec.Struct, omit_defaults=True):
-    """One change of one row, as the seed defines it."""
+    """One change of one row, as the wire protocol defines it (docs/protocol.md)."""
 
     sequence: NonNegative
     """Producer's monotonically increasing event sequence: the ordering value of the change."""

@@ -51,12 +51,12 @@ def _about(description: str) -> msgspec.Meta:
     return msgspec.Meta(description=description)
 
 
-# The bodies below are the seed's AckMessage / NackMessage. Their field names are the wire's
-# (camelCase); an optional field is absent, never null (omit_defaults), as the seed's `field?:`.
+# The bodies below are the protocol's AckMessage / NackMessage (docs/protocol.md). Their field names are the wire's
+# (camelCase); an optional field is absent, never null (omit_defaults), as the protocol's optional fields.
 
 
 class RateLimit(msgspec.Struct):
-    """The seed's ``rateLimit`` block: this producer's token bucket after the batch."""
+    """The protocol's ``rateLimit`` block: this producer's token bucket after the batch."""
 
     limit: int
     remaining: int
@@ -67,7 +67,7 @@ class AckDetails(msgspec.Struct, omit_defaults=True):
     eventsProcessed: int
     bufferUtilization: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     suggestedDelayMs: int | None = None
-    persistedPath: Annotated[str, _about("the first of persistedPaths (the seed's)")] | None = None
+    persistedPath: Annotated[str, _about("the first of persistedPaths (the protocol's)")] | None = None
     persistedPaths: Annotated[list[str], _about("every staging object of the batch, one per table, sorted")] | None = (
         None
     )

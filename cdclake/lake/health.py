@@ -16,7 +16,7 @@ from cdclake.config.settings import Settings
 log = logging.getLogger("cdclake.lake.health")
 
 SMALL_FRACTION = 0.75
-"""A data file under this fraction of the target size is small (the seed compacts them)."""
+"""A data file under this fraction of the target size is small (compaction rewrites them)."""
 
 
 @dataclass(frozen=True)

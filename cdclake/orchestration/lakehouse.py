@@ -1,5 +1,5 @@
 """The Lakehouse app that ``plugins/cdclake_plugin.py`` mounts in Airflow's api-server: the page
-(``GET /``) and its JSON API, the seed's compaction endpoints included.
+(``GET /``) and its JSON API, the compaction endpoints included (docs/operations.md).
 
 Airflow does not authenticate a plugin's FastAPI app (it is mounted, and a mount inherits none of
 the core API's dependencies), so every route here depends on Airflow's own ``get_user`` (the
