@@ -64,7 +64,7 @@ def document(settings: Settings) -> dict[str, Any]:
             "description": (
                 "CDC batches in, durable acks out. The same batches stream over WebSocket at `/ws` and "
                 "`/v1/stream` (the protocol's connect / cdc_batch / heartbeat / flush_request protocol; "
-                "acks as here), which OpenAPI cannot describe: see the README's Producer protocol."
+                "acks as here), which OpenAPI cannot describe: see docs/protocol.md."
             ),
         },
         "components": {

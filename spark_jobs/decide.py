@@ -170,7 +170,7 @@ def decide(run: Run, valid: DataFrame, narrow: bool = True) -> DataFrame:
     # Checkpointed, not just cached: the MERGE must not plan a source that reads its own target
     # (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes before
     # the MERGE runs. Kept serialized (PySpark's MEMORY_AND_DISK): the default keeps a Java object
-    # per row; at 1.1M events the stage's GC fell from 1.2 to 0.6 task-seconds (README, Apply).
+    # per row; at 1.1M events the stage's GC fell from 1.2 to 0.6 task-seconds (docs/benchmarks.md, "Apply").
     return rows.unionByName(truncates).localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 

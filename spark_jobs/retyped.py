@@ -1,5 +1,5 @@
 """Columns whose source type changed to one the table's type is no widening of (``ALTER COLUMN a
-TYPE text`` on an ``int`` column; README "Source DDL"). The column keeps its type; the run reads
+TYPE text`` on an ``int`` column; docs/debezium.md, "Source DDL"). The column keeps its type; the run reads
 its values as text (:func:`spark_jobs.read.declared_read_type`) and each lands exactly:
 
 * a text that is exactly a value of the column's type lands typed, its companion NULL. Exactly:

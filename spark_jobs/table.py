@@ -23,7 +23,7 @@ PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already
 FORMAT_VERSION = "format-version"
 TABLE_PROPERTIES = {FORMAT_VERSION: "2"}  # side tables: append-only, nothing for v3 to improve
 # A new CDC table is v3 unless its options say 2: its merge-on-read deletes become deletion
-# vectors, faster to apply and to read (tests/bench/deletes.py, README "Deletion vectors"). An
+# vectors, faster to apply and to read (tests/bench/deletes.py, docs/benchmarks.md, "Deletion vectors"). An
 # existing table keeps its version unless its options ask for a higher one.
 CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3"}
 

@@ -61,7 +61,7 @@ example:
       --receiver-url http://127.0.0.1:8090 -o debezium-server/config/application.properties \\
       --table-config tables.toml
 
-Then run Debezium Server in the folder holding config/ (README: "From PostgreSQL or MariaDB with
+Then run Debezium Server in the folder holding config/ (docs/debezium.md: "From PostgreSQL or MariaDB with
 Debezium Server").
 """
 
@@ -290,7 +290,7 @@ def build(args: argparse.Namespace, settings: Settings, env: Mapping[str, str]) 
 def _header(args: argparse.Namespace) -> str:
     return (
         "Written by `cdclake debezium` (cdclake/cli/debezium_config.py). Holds the database password\n"
-        "and the producer token: keep it owner-only (0600). Sink settings: README, From PostgreSQL\n"
+        "and the producer token: keep it owner-only (0600). Sink settings: docs/debezium.md, From PostgreSQL\n"
         f"or MariaDB with Debezium Server. Source: {args.kind}."
     )
 

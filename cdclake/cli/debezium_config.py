@@ -76,7 +76,7 @@ BATCH_MAX_SIZE = 1024
 # receiver/backlog.py) are 429 rate_limited (at the default rate) / connection_limit and 503
 # shutting_down / internal_error with Retry-After 1, and 503 buffer_full with Retry-After 5
 # (retryDelayMs 5000), the backpressure answer: it lasts until cdc_apply has applied the backlog,
-# in runs of tens of seconds (README, Freshness) that start at the latest every 5 minutes (the
+# in runs of tens of seconds (docs/benchmarks.md, "Freshness") that start at the latest every 5 minutes (the
 # DAG's fallback schedule). So the pause is buffer_full's Retry-After (never sooner than the
 # receiver asks), and 360 attempts ride out at least 30 minutes of refusals or of a receiver that is
 # down: several apply runs and fallback periods, a receiver restart, a slow Airflow. Past that a
@@ -348,7 +348,7 @@ def properties(
         "debezium.source.offset.flush.interval.ms": "0",
         # Debezium skips TRUNCATE by default (`t`); the lake applies it (every row gone at its
         # position), so nothing is skipped. PostgreSQL (pgoutput) and MariaDB both send op "t"
-        # then (seen with Debezium Server 3.6: README, "TRUNCATE").
+        # then (seen with Debezium Server 3.6: docs/debezium.md, "TRUNCATE").
         "debezium.source.skipped.operations": "none",
         **_source(db, state_dir),
         "quarkus.http.port": str(http_port),

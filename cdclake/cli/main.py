@@ -107,7 +107,7 @@ def up(settings: Settings) -> int:
             f"receiver: {settings.receiver_url}/v1/batches (batches), {settings.receiver_url}/v1/debezium "
             "(Debezium Server's HTTP sink: `cdclake debezium`)"
         )
-        stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: see the README)")
+        stack.say(f"Iceberg REST catalog: {stack.rest_url} (`cdclake sql --catalog rest`; engines: docs/querying.md)")
         stack.say(login_hint(stack))
         stack.say("Ctrl-C stops everything")
         wait_forever(stack)
@@ -156,7 +156,7 @@ time travel in SQL (times are UTC):
   SELECT * FROM lake.cdc.orders VERSION AS OF 4348436197468765062
   SELECT * FROM lake.cdc.orders TIMESTAMP AS OF '2026-01-01 12:00:00' WHERE _cdc_row_id = '7'
   SELECT * FROM lake.cdc.orders.snapshots        -- also .history, .files, .manifests
-"what changed in row K since T" (each change with the snapshot it came with): README, Time travel.
+"what changed in row K since T" (each change with the snapshot it came with): docs/querying.md, "Time travel".
 """
 
 

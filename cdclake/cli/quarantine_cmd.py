@@ -17,7 +17,7 @@ HELP = """\
 list: per reason, the events still quarantined, replayed, or kept without their staged line
 (quarantined by a cdclake older than replays: they cannot be replayed); --events lists each one.
 replay: lands the events not replayed yet (--force: those replayed before too) in staging again,
-unchanged; cdc_apply applies them at its next run, each once (README "Quarantine").
+unchanged; cdc_apply applies them at its next run, each once (docs/exactly-once.md, "The quarantine and its replay").
 """
 
 

@@ -30,10 +30,11 @@ from cdclake.lake.statements import AsOf, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
-"""Spark name of the REST catalog that ``--catalog rest`` attaches (as in the README, "Query engines")."""
+"""Spark name of the REST catalog that ``--catalog rest`` attaches (as in docs/querying.md, "Query
+engines over the REST catalog")."""
 
 
-# The two documented time-travel questions (README "Time travel"); tests run these very texts.
+# The two documented time-travel questions (docs/querying.md, "Time travel"); tests run these very texts.
 # CHANGES_SINCE reads every apply in the ancestry (each snapshot carrying a watermark) in Spark SQL,
 # for a user to paste into any engine: it cannot call cdclake.contracts.watermark.newest_carrying,
 # which finds only the newest one (what the reports and expiry need).

@@ -166,7 +166,7 @@ class Settings:
         DEFAULT_SPARK_JAVA_OPTIONS,
         doc=(
             "JVM options of Spark's drivers and executors: the throughput collector, not G1, since an apply is a "
-            "batch job (README, Apply)."
+            "batch job (docs/benchmarks.md, Apply)."
         ),
         group=SPARK,
     )

@@ -38,7 +38,7 @@ several make a composite spec. Errors name the file and the key.
 of the table. A v3 table keeps its merge-on-read deletes as deletion vectors;
 setting 3 for an existing v2 table upgrades it at its next apply (new deletes are deletion
 vectors, which take in the old position deletes of the data files they cover). A table is never
-downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py`` (README, Benchmarks).
+downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py`` (docs/benchmarks.md).
 """
 
 from __future__ import annotations

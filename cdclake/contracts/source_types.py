@@ -14,7 +14,7 @@ never for a valid value the lake cannot type.
 :mod:`cdclake.cli.debezium_config` writes :data:`MODES` into every generated configuration;
 :mod:`cdclake.contracts.debezium_types` (with the Connect schema) and
 :mod:`cdclake.contracts.debezium_text` (without it, types from ``cdclake debezium --discover``:
-:mod:`cdclake.cli.debezium_discover`) do the conversions; the README's type table is
+:mod:`cdclake.cli.debezium_discover`) do the conversions; docs/debezium.md's type table is
 :func:`markdown` (a test compares the two).
 """
 
@@ -217,11 +217,11 @@ TYPES: tuple[SourceType, ...] = (
         "(the array as JSON text)",
     ),
 )
-"""The source type table (README: "Source types")."""
+"""The source type table (docs/debezium.md: "Source types")."""
 
 
 def markdown() -> str:
-    """:data:`TYPES` and :data:`MODES` as the README's Markdown (two tables)."""
+    """:data:`TYPES` and :data:`MODES` as docs/debezium.md's Markdown (two tables)."""
     rows = ["| PostgreSQL | MariaDB / MySQL | Debezium sends | Iceberg type | lands as |", "|---|---|---|---|---|"]
     rows += [f"| {t.postgres} | {t.mariadb} | {t.debezium} | {t.iceberg} | {t.exact} |" for t in TYPES]
     modes = ["| connector setting | value | why |", "|---|---|---|"]

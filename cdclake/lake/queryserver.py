@@ -2,7 +2,7 @@
 applies', holding no catalog at all, at the lowest CPU priority.
 
 Spark never preempts a running task, so scheduler pools in one JVM cannot keep a query's long
-tasks from making an apply wait (README, "Apply under query load"); the kernel preempts. The
+tasks from making an apply wait (docs/benchmarks.md, "Apply under query load"); the kernel preempts. The
 query server runs ``nice -n CDCLAKE_QUERY_SPARK_NICE`` (19 by default): whenever the applies' JVM
 wants a core, the kernel gives it that core and the query tasks get what is left. Started in a
 session of its own (the embedded stack starts every component so), it is also its own

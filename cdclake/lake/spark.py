@@ -1,7 +1,7 @@
 """Spark configuration for the shared Iceberg catalog, in one place.
 
 The same key/value pairs feed ``spark-submit`` (the DAGs, the Spark Connect server), an
-in-process SparkSession (tests, ``cdclake sql``) and the README's plain ``spark-sql`` example.
+in-process SparkSession (tests, ``cdclake sql``) and docs/querying.md's plain ``spark-sql`` example.
 Credentials among them (the catalog database's login, S3 keys) never go on a command line, where
 ``ps`` shows them to every user of the machine: :func:`split_credentials` takes them out and
 :func:`credentials_file` hands them to spark-submit as a ``--properties-file`` only the owner can

@@ -172,7 +172,7 @@ def history_sql(catalog: str, namespace: str, table: str) -> str:
     with ``_commit_timestamp`` (the run's commit time), ``_cdc_valid_from`` / ``_cdc_valid_to`` (the next
     change of the key, NULL while current) and ``_cdc_is_current``; a DELETE closes its key. A
     TRUNCATE is a row of its own (key ``*``, never current); it does not close the keys it
-    removed (README, "TRUNCATE"). Snapshot
+    removed (docs/debezium.md, "TRUNCATE"). Snapshot
     expiry does not touch it (the change history's rows stay). The row at T:
     ``_cdc_valid_from <= T AND (_cdc_valid_to IS NULL OR _cdc_valid_to > T) AND _cdc_operation <> 'DELETE'``."""
     source = ".".join(quote(p) for p in (catalog, namespace, table + CHANGES_SUFFIX))
