@@ -19,7 +19,7 @@ from cdclake.lake.catalog import load_table
 from receiver.app import create_app
 from spark_jobs.backfill import PREFIX
 from spark_jobs.system import MARK_CRASH, SimulatedCrash
-from tests.support import apply_all
+from tests.support import apply_all, exact_values
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 BASE: list[dict[str, Any]] = [{"field": "id", "type": "int64"}, {"field": "body", "type": "string", "optional": True}]
@@ -42,28 +42,7 @@ NOTE = {"field": NOTE_NAME, "type": "string", "optional": True, "default": HOSTI
 def envelope(
     fields: list[dict[str, Any]], after: dict[str, Any], lsn: int, op: str = "c", table: str = "docs"
 ) -> dict[str, Any]:
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"field": "before", "type": "struct", "optional": True, "fields": fields},
-            {"field": "after", "type": "struct", "optional": True, "fields": fields},
-        ],
-    }
-    payload = {
-        "before": None,
-        "after": after,
-        "source": {
-            "connector": "postgresql",
-            "name": "pg",
-            "ts_ms": 1,
-            "table": table,
-            "lsn": lsn,
-            "sequence": json.dumps([str(lsn), str(lsn)]),
-        },
-        "op": op,
-        "ts_ms": 1_767_225_600_000 + lsn,
-    }
-    return {"schema": schema, "payload": payload}
+    return exact_values.envelope(fields, after, lsn, op, table)
 
 
 def post(settings: Settings, envelopes: list[dict[str, Any]]) -> None:

@@ -53,12 +53,15 @@ def days(d: date) -> int:
 BC_44_MARCH_15 = days(date(357, 3, 15)) - 146_097
 
 
-def pg_envelope(after: dict[str, Any], lsn: int, op: str = "c", table: str = "exact") -> dict[str, Any]:
+def envelope(
+    fields: list[dict[str, Any]], after: dict[str, Any], lsn: int, op: str = "c", table: str = "exact"
+) -> dict[str, Any]:
+    """A PostgreSQL Debezium change event in the full envelope (schema + payload) at ``lsn``."""
     schema = {
         "type": "struct",
         "fields": [
-            {"field": "before", "type": "struct", "optional": True, "fields": PG_FIELDS},
-            {"field": "after", "type": "struct", "optional": True, "fields": PG_FIELDS},
+            {"field": "before", "type": "struct", "optional": True, "fields": fields},
+            {"field": "after", "type": "struct", "optional": True, "fields": fields},
         ],
     }
     payload = {
@@ -76,6 +79,10 @@ def pg_envelope(after: dict[str, Any], lsn: int, op: str = "c", table: str = "ex
         "ts_ms": 1_767_225_600_000 + lsn,
     }
     return {"schema": schema, "payload": payload}
+
+
+def pg_envelope(after: dict[str, Any], lsn: int, op: str = "c", table: str = "exact") -> dict[str, Any]:
+    return envelope(PG_FIELDS, after, lsn, op, table)
 
 
 def pg_row(i: int, **values: Any) -> dict[str, Any]:
