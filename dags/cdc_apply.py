@@ -8,9 +8,9 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 
+from cdclake.launch.submit import spark_job_operator
+from cdclake.orchestration.assets import ASSET_NAME, ASSET_URI
 from cdclake.orchestration.dag_support import failure_logger
-from cdclake.orchestration.submit import spark_job_operator
-from cdclake.staging import ASSET_NAME, ASSET_URI
 
 # Updated by the receiver (REST API) after each landing, debounced: data-aware scheduling.
 STAGING = Asset(name=ASSET_NAME, uri=ASSET_URI)
@@ -91,8 +91,8 @@ def cdc_apply() -> None:
         """At most CDCLAKE_APPLY_TASKS jobs, each applying its group of tables in turn."""
         from cdclake.config.settings import load
         from cdclake.lake.catalog import pending_tables
+        from cdclake.launch.submit import group_kwargs
         from cdclake.orchestration.dag_support import apply_task_count, table_groups
-        from cdclake.orchestration.submit import group_kwargs
 
         params = params or {}
         settings = load()

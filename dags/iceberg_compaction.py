@@ -9,8 +9,8 @@ from typing import Any
 from airflow.sdk import Param, dag, task
 
 from cdclake.config.maintenance import MIN_INPUT_FILES, TARGET_FILE_SIZE_BYTES
+from cdclake.launch.submit import spark_job_operator
 from cdclake.orchestration.dag_support import failure_logger
-from cdclake.orchestration.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,8 @@ def iceberg_compaction() -> None:
         """Spark jobs for the tables that need compaction (chosen with pyiceberg, no JVM here), grouped."""
         from cdclake.config.settings import load
         from cdclake.lake.health import compaction_candidates
+        from cdclake.launch.submit import group_kwargs
         from cdclake.orchestration.dag_support import table_groups
-        from cdclake.orchestration.submit import group_kwargs
 
         p = params or {}
         settings = load()

@@ -14,8 +14,8 @@ from cdclake.config.maintenance import (
     SNAPSHOT_MAX_AGE_HOURS,
     STAGING_RETENTION_HOURS,
 )
+from cdclake.launch.submit import spark_job_operator
 from cdclake.orchestration.dag_support import failure_logger
-from cdclake.orchestration.submit import spark_job_operator
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,8 @@ def iceberg_expire() -> None:
         from cdclake.config.settings import load
         from cdclake.lake.health import all_tables
         from cdclake.lake.placement import namespace_survey
+        from cdclake.launch.submit import group_kwargs
         from cdclake.orchestration.dag_support import table_groups
-        from cdclake.orchestration.submit import group_kwargs
 
         p = params or {}
         settings = load()

@@ -1,5 +1,5 @@
 """The cdclake Airflow plugin: the Lakehouse page in the UI's navigation and the JSON API behind it
-(``cdclake/orchestration/lakehouse.py``), served by the api-server under ``/lakehouse``.
+(``cdclake/lakehouse/app.py``), served by the api-server under ``/lakehouse``.
 
 Thin on purpose: the logic lives in the ``cdclake`` package. Airflow 3.1+ plugin interface:
 ``fastapi_apps`` mounts the app, ``external_views`` adds the navigation entry that opens it."""
@@ -11,7 +11,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from cdclake.config.settings import load
-from cdclake.orchestration.lakehouse import create_app
+from cdclake.lakehouse.app import create_app
 
 URL_PREFIX = "/lakehouse"
 

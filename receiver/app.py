@@ -28,7 +28,8 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from cdclake.config.settings import Settings
 from cdclake.config.tables import load_table_config
-from cdclake.contracts import debezium, events, names
+from cdclake.contracts import events, names
+from cdclake.debezium import envelope as debezium
 from cdclake.service.metrics import CONTENT_TYPE, Metrics
 from cdclake.staging import stores
 from receiver import auth, decode, openapi, stream

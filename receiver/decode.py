@@ -15,7 +15,8 @@ from typing import Any
 
 import msgspec
 
-from cdclake.contracts import debezium, events, names
+from cdclake.contracts import events, names
+from cdclake.debezium import envelope as debezium
 from receiver.rejected import Rejected
 
 

@@ -18,13 +18,13 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from cdclake import staging
 from cdclake.config.settings import Settings
+from cdclake.orchestration import assets
 from cdclake.service.metrics import Metrics
 
 log = logging.getLogger("cdclake.receiver")
 
-STAGING_ASSET_URI = staging.ASSET_URI
+STAGING_ASSET_URI = assets.ASSET_URI
 APPLY_DAG = "cdc_apply"
 RETRY_S = 5.0
 
@@ -93,8 +93,8 @@ class Notifier:
         c = self.client()
         if self._asset_id is None:
             # By name: Airflow normalises the URI (adds a trailing slash).
-            found = c.json("GET", "/api/v2/assets", params={"name_pattern": staging.ASSET_NAME})
-            ids = [a["id"] for a in found.get("assets", []) if a.get("name") == staging.ASSET_NAME]
+            found = c.json("GET", "/api/v2/assets", params={"name_pattern": assets.ASSET_NAME})
+            ids = [a["id"] for a in found.get("assets", []) if a.get("name") == assets.ASSET_NAME]
             if not ids:
                 raise RuntimeError(f"Airflow knows no asset {STAGING_ASSET_URI} (is the {APPLY_DAG} DAG parsed?)")
             self._asset_id = int(ids[0])

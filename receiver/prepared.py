@@ -28,7 +28,7 @@ class Prepared:
     @classmethod
     def from_batch(cls, batch: Batch, by_identity: bool = False) -> Prepared:
         """``by_identity``: the batch number is derived from its events' identities (Debezium,
-        :func:`cdclake.contracts.debezium.to_batch`), so two landings of one number are the same events
+        :func:`cdclake.debezium.envelope.to_batch`), so two landings of one number are the same events
         whatever else changed: a Debezium restarted after a crash re-sends a change with a new
         processing time (``ts_ms``), and comparing content would refuse it forever."""
         objects = stage_lines(batch)

@@ -1,7 +1,7 @@
 """``POST /v1/query/plan``: what a query would read, without running it: Spark's plan of the
 statement (after the ``asOf`` rewrite) and, for each Iceberg table it scans, the snapshot, the
 filters pushed to Iceberg and the data files and partitions Iceberg's pruning keeps
-(:mod:`cdclake.lake.plans`). The request and its checks are ``POST /v1/query``'s."""
+(:mod:`cdclake.query.plans`). The request and its checks are ``POST /v1/query``'s."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from cdclake.lake import plans
+from cdclake.query import plans
 from restcatalog import auth
 from restcatalog.inputs import json_body, parse
 from restcatalog.query import Param, QueryRequest, engine_of, lake_for, on_engine, query_of, slot_key

@@ -19,7 +19,7 @@ no table takes the place while its files are deleted.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyiceberg.catalog import MANIFEST, MANIFEST_LIST, METADATA, PREVIOUS_METADATA, delete_data_files, delete_files
 from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
@@ -30,7 +30,9 @@ from cdclake.lake.placement import Place, roots_of
 from restcatalog import locations
 
 if TYPE_CHECKING:
-    from restcatalog.catalog import Catalog
+    from contextlib import AbstractContextManager
+
+    from pyiceberg.catalog.sql import SqlCatalog
 
 log = logging.getLogger("restcatalog")
 
@@ -65,7 +67,19 @@ class ConfinedIO(FileIO):
         self._inner.delete(location)
 
 
-def purge(catalog: Catalog, ident: Identifier) -> None:
+class Purging(Protocol):
+    """What a purge needs of :class:`restcatalog.catalog.Catalog` (which calls it)."""
+
+    @property
+    def sql(self) -> SqlCatalog: ...
+    @property
+    def placing(self) -> AbstractContextManager[Any]: ...
+    @property
+    def warehouse(self) -> str: ...
+    def places(self, *skip: Identifier) -> list[Place]: ...
+
+
+def purge(catalog: Purging, ident: Identifier) -> None:
     sql = catalog.sql
     with catalog.placing:
         try:

@@ -1,5 +1,5 @@
 """``POST /v1/query``: a read-only Spark SQL statement over the lake's tables, its rows as JSON
-or as an Arrow IPC stream (:mod:`cdclake.lake.queries` decides what may run).
+or as an Arrow IPC stream (:mod:`cdclake.query.queries` decides what may run).
 
 It lives in the REST catalog's server: one front door and one token scheme (the catalog's
 clients, with their ``tables`` patterns) for the engines that read the files themselves and for
@@ -29,9 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cdclake.config.settings import Settings
-from cdclake.lake import limits, queries
 from cdclake.lake.spark import connect_failed
-from cdclake.lake.statements import AsOf, QueryError, parse_as_of
+from cdclake.query import limits, queries
+from cdclake.query.statements import AsOf, QueryError, parse_as_of
 from restcatalog import auth
 from restcatalog.errors import IcebergError, bad_request, forbidden
 from restcatalog.inputs import json_body, parse
@@ -66,7 +66,7 @@ class QueryRequest(BaseModel):
 
 def connect_sessions(settings: Settings, tokens: auth.Tokens) -> Sessions | None:
     """A new Spark Connect session per statement on the stack's server, confined to the client's
-    rights (:mod:`cdclake.lake.querysession`); None without a server."""
+    rights (:mod:`cdclake.query.session`); None without a server."""
     if not settings.query_connect_url:
         return None
     from cdclake.lake.spark import quiet_pyspark
@@ -74,7 +74,7 @@ def connect_sessions(settings: Settings, tokens: auth.Tokens) -> Sessions | None
     quiet_pyspark()  # a statement's error is its answer, not a stack trace in the server's log
 
     def session(client: auth.Client) -> AbstractContextManager[SparkSession]:
-        from cdclake.lake.querysession import query_session
+        from cdclake.query.session import query_session
 
         # Read-only whatever the client's access, and no longer than the statement may take.
         reader = auth.Client(client.id, auth.Access.READ, client.tables)
@@ -99,7 +99,7 @@ def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
 
 
 def lake_for(settings: Settings, client: auth.Client) -> queries.Lake:
-    from cdclake.lake.catalog import snapshot_at
+    from cdclake.query.queries import snapshot_at
 
     return queries.Lake(
         settings.catalog_name, settings.namespace, client.may_read, functools.partial(snapshot_at, settings)

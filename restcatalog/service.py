@@ -72,7 +72,7 @@ class Service:
     def authorize(self, request: Request, need: auth.Access) -> auth.Client:
         """The request's client, if it has ``need``; else 401/403. A token this server issued
         holds its rights even without a tokens file: the query API's Spark sessions read through
-        this server with a read-only one (:mod:`cdclake.lake.querysession`)."""
+        this server with a read-only one (:mod:`cdclake.query.session`)."""
         client = self.tokens.bearer(request.headers.get("authorization"))
         if client is None and self.tokens.open_access:
             return auth.ANYONE

@@ -23,7 +23,7 @@ The steps live in their own modules: :mod:`spark_jobs.pending` (what this run co
 :mod:`spark_jobs.commit`; here, their order.
 
 Run by the ``cdc_apply`` DAG: on Spark Connect (the default), ``main`` runs in the task's own
-process (:func:`cdclake.orchestration.submit.run_job`); with ``CDCLAKE_SPARK_CONNECT_URL`` empty,
+process (:func:`cdclake.launch.submit.run_job`); with ``CDCLAKE_SPARK_CONNECT_URL`` empty,
 through spark-submit::
 
     spark-submit --jars ... --conf ... spark_jobs/apply.py --table orders

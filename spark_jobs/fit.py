@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import NullType, StringType, StructField, StructType, VariantType
 
 from cdclake.contracts import names
+from cdclake.contracts.coltypes import companion
 from cdclake.contracts.events import UNAVAILABLE
 from cdclake.contracts.names import Limits, fold, is_reserved
-from cdclake.contracts.source_types import companion
 from spark_jobs.columns import extra_values, not_added
 from spark_jobs.read import JSON_OPTIONS
 from spark_jobs.retyped import exact, read_as_text

@@ -18,7 +18,7 @@ T = TypeVar("T")
 def run_main(app_name: str, main: Callable[[SparkSession, Sequence[str]], Any]) -> None:
     """The job as a script: under spark-submit the catalog conf and jars come from the command line.
     On Spark Connect the DAG's task calls the same ``main`` in a session of its own
-    (cdclake.orchestration.submit.run_job)."""
+    (cdclake.launch.submit.run_job)."""
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     try:
         main(spark, sys.argv[1:])

@@ -8,9 +8,9 @@ its values as text (:func:`spark_jobs.read.declared_read_type`) and each lands e
   character. So ``7`` is an int; ``007``, ``+7``, `` 7``, ``7.0`` and ``abc`` are not (the typed
   cell could not give their text back);
 * any other text lands as NULL in the typed column, the text itself in the column's
-  :func:`~cdclake.contracts.source_types.companion` (``<column>__text``), added to the table by
+  :func:`~cdclake.contracts.coltypes.companion` (``<column>__text``), added to the table by
   the first run with a value for it (:func:`needed`), as for a Debezium value the column's type
-  cannot hold (:mod:`cdclake.contracts.source_types`). Never quarantined: the value is valid in
+  cannot hold (:mod:`cdclake.debezium.source_types`). Never quarantined: the value is valid in
   the source. Where the table cannot take the companion (``CDCLAKE_MAX_COLUMNS``, the name
   rule), the event is quarantined with the reason, as for any column the table did not take.
 
@@ -24,8 +24,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, DataType, MapType, NullType, StringType, StructType
 
+from cdclake.contracts.coltypes import companion
 from cdclake.contracts.names import fold
-from cdclake.contracts.source_types import companion
 from spark_jobs.sqltext import col
 from spark_jobs.system import SYSTEM_COLUMNS, WORK_COLUMNS
 

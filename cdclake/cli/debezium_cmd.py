@@ -1,12 +1,12 @@
 """``cdclake debezium``: write Debezium Server's ``application.properties`` for one database.
 
-The properties come from :func:`cdclake.cli.debezium_config.properties` (what the Debezium Server
+The properties come from :func:`cdclake.debezium.config.properties` (what the Debezium Server
 tests run on) with the recommended sink settings, and are written owner-only (0600: they hold the
 database password and the producer token). Secrets are read from an environment variable or a
 file, never from the command line, which ``ps`` shows to every user; they are never printed.
 The matching ``[tables.<name>] key = [...]`` lines for CDCLAKE_TABLE_CONFIG go to stdout, or to
 ``--table-config``. With ``--discover`` the keys (and, with ``--no-schemas``, the column types)
-are read from the database itself (:mod:`cdclake.cli.debezium_discover`): Debezium's HTTP sink never
+are read from the database itself (:mod:`cdclake.debezium.discover`): Debezium's HTTP sink never
 sends the record key, so this is how the receiver learns a primary key without being told.
 """
 
@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cdclake.cli import debezium_config as dc
-from cdclake.cli.debezium_discover import DiscoveryError, discover
 from cdclake.config.secretfile import write_private
 from cdclake.config.settings import Settings
+from cdclake.debezium import config as dc
+from cdclake.debezium.discover import DiscoveryError, discover
 
 DEFAULT_PORTS = {"postgres": 5432, "mariadb": 3306, "mysql": 3306}
 PASSWORD_ENV = "CDCLAKE_DB_PASSWORD"
@@ -289,7 +289,7 @@ def build(args: argparse.Namespace, settings: Settings, env: Mapping[str, str]) 
 
 def _header(args: argparse.Namespace) -> str:
     return (
-        "Written by `cdclake debezium` (cdclake/cli/debezium_config.py). Holds the database password\n"
+        "Written by `cdclake debezium` (cdclake/debezium/config.py). Holds the database password\n"
         "and the producer token: keep it owner-only (0600). Sink settings: docs/debezium.md, From PostgreSQL\n"
         f"or MariaDB with Debezium Server. Source: {args.kind}."
     )

@@ -22,7 +22,7 @@ def _sigterm(signum: int, frame: Any) -> NoReturn:
 def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
     """``cdclake sql``: statements from the arguments and ``-f``, else the interactive shell."""
     from cdclake.cli.query import query_session, readline_input, shell
-    from cdclake.lake.statements import QueryError, parse_as_of, statements_of
+    from cdclake.query.statements import QueryError, parse_as_of, statements_of
 
     as_of = parse_as_of(args.as_of) if args.as_of else None
     if args.max_rows is not None and args.max_rows < 0:

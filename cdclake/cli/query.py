@@ -1,6 +1,6 @@
 """``cdclake sql``: Spark sessions for queries (the running Spark Connect server when one
 answers, else an in-process session), the statements run on them, and the shell.
-Statements and ``--as-of`` are :mod:`cdclake.lake.statements`, printing is :mod:`cdclake.cli.output`,
+Statements and ``--as-of`` are :mod:`cdclake.query.statements`, printing is :mod:`cdclake.cli.output`,
 ``cdclake tables``/``snapshots`` are :mod:`cdclake.cli.reports`.
 
 pyspark, pyiceberg and httpx are imported inside functions: ``cdclake`` imports stay light.
@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 from cdclake.cli.output import TABLE_ROWS, Result, render
 from cdclake.config.settings import Settings
-from cdclake.lake import queries
-from cdclake.lake.queries import error_line
-from cdclake.lake.readonly import NotAQuery
 from cdclake.lake.spark import quiet_pyspark
-from cdclake.lake.statements import AsOf, QueryError, split_statements
+from cdclake.query import queries
+from cdclake.query.queries import error_line
+from cdclake.query.readonly import NotAQuery
+from cdclake.query.statements import AsOf, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
@@ -125,7 +125,7 @@ class QuerySession:
     def lake(self) -> queries.Lake:
         """The query engine's view of the lake, without read rights (the CLI reads what its
         catalog lets it)."""
-        from cdclake.lake.catalog import snapshot_at
+        from cdclake.query.queries import snapshot_at
 
         at = functools.partial(snapshot_at, self.settings)
         return queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, at)
@@ -133,7 +133,7 @@ class QuerySession:
     def run(self, statement: str) -> Result:
         """Run one statement; a failure raises :class:`QueryError` with Spark's message in one line.
         ``<table>__history`` names the row history, as in the query API. With ``as_of``, the
-        query runs as the query API runs it (:func:`cdclake.lake.queries.explained`): one-part
+        query runs as the query API runs it (:func:`cdclake.query.queries.explained`): one-part
         and qualified names read at that time, and Spark's plan checked to read every table then."""
         try:
             if self.as_of is None:

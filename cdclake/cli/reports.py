@@ -11,8 +11,8 @@ from typing import Any
 from cdclake.cli.output import Result
 from cdclake.config.settings import Settings
 from cdclake.contracts.watermark import EVENT_COUNTS, SUMMARY_KEY, counts_of
-from cdclake.lake.statements import EPOCH, QueryError
-from cdclake.lake.status import live_rows
+from cdclake.lakehouse.status import live_rows
+from cdclake.query.statements import EPOCH, QueryError
 
 
 def _ms_time(ms: int | None) -> datetime | None:

@@ -1,6 +1,6 @@
 """Defaults of table maintenance, in one place: the maintenance DAGs' Params (dags/), the jobs'
 command lines (spark_jobs/maintain.py), the candidates' measure (cdclake.lake.health) and the
-Lakehouse page's compaction (cdclake.orchestration.lakehouse) all read them here."""
+Lakehouse page's compaction (cdclake.lakehouse.app) all read them here."""
 
 from __future__ import annotations
 

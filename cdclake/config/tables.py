@@ -21,13 +21,13 @@ CDCLAKE_TABLE_CONFIG.
 
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
-row image to make the row's ``rowId`` (:mod:`cdclake.contracts.debezium`). Producers of the project's own
+row image to make the row's ``rowId`` (:mod:`cdclake.debezium.envelope`). Producers of the project's own
 batches give ``rowId`` themselves.
 
 ``types`` declares column types (:mod:`cdclake.contracts.coltypes`) for a table whose Debezium events come
 without the Connect schema (``value.converter.schemas.enable=false``); an event with a schema
 is typed by it instead. Set per table only. The source modes it needs and the type of each
-source column are in :mod:`cdclake.contracts.debezium_types`; ``cdclake debezium --discover`` writes it.
+source column are in :mod:`cdclake.debezium.connect_types`; ``cdclake debezium --discover`` writes it.
 
 Transforms are Iceberg's Spark DDL ones: ``col`` (identity), ``years|months|days|hours(col)``
 (``day(col)`` and ``hour(col)`` also accepted), ``bucket(N, col)``, ``truncate(N, col)``;
@@ -101,7 +101,7 @@ class TableConfig:
 
     def key_columns(self) -> dict[str, tuple[str, ...]]:
         """Row-key columns by lower-case table name, ``"*"`` for every other table (the form
-        :func:`cdclake.contracts.debezium.to_batch` takes)."""
+        :func:`cdclake.debezium.envelope.to_batch` takes)."""
         return {"*": self.defaults.key} | {name: opts.key for name, opts in self.tables.items()}
 
     def column_types(self) -> dict[str, dict[str, str]]:

@@ -1,4 +1,4 @@
-"""The contracts, each written once: events and batches, names, column types, the wire
-protocol, the watermark, Debezium envelopes. Pure Python over msgspec; imports nothing else of
-cdclake but its own modules.
+"""The wire contracts, each written once: events and batches, names, column types, the wire
+protocol, the watermark, a table's system columns. Pure Python over msgspec; imports nothing else
+of cdclake but its own modules.
 """

@@ -8,7 +8,7 @@ An event's optional ``columnTypes`` maps a top-level column of its row images to
 
 spelled as Spark SQL spells them (``timestamp`` has a time zone: Iceberg ``timestamptz``;
 ``timestamp_ntz`` has none). The receiver fills it from Debezium's schema
-(:mod:`cdclake.contracts.debezium_types`); a producer of our own batches may send it too. The apply job
+(:mod:`cdclake.debezium.connect_types`); a producer of our own batches may send it too. The apply job
 gives a *new* column its declared type instead of inferring one from JSON; a column the table
 already has keeps its type. The value must then be in the form Spark's JSON reader parses into
 that type (decimals as JSON strings or numbers, dates ``YYYY-MM-DD``, timestamps ISO-8601,
@@ -21,6 +21,7 @@ This module is pure Python (the receiver imports it); :func:`spark_type` imports
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -76,3 +77,20 @@ def spark_type(text: str) -> DataType:
         "timestamp_ntz": T.TimestampNTZType(),
     }
     return simple[text]
+
+
+COMPANION_SUFFIX = "__text"
+"""The suffix of a column's exact-text companion (``amount`` -> ``amount__text``)."""
+
+
+def companion(column: str) -> str:
+    """The companion column holding ``column``'s exact source text where its type cannot."""
+    return column + COMPANION_SUFFIX
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A converter's answer for a valid value its column's type cannot hold exactly: the typed
+    cell is NULL and ``text`` (the exact source text) goes to :func:`companion` of the column."""
+
+    text: str

@@ -24,7 +24,7 @@ MAX_ROW_ID_CHARS = 1024
 MAX_EVENTS_PER_BATCH = 100_000
 # Side tables the apply job keeps next to each CDC table; a source table may not be named so.
 CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX = "__changes", "__quarantine", "__tombstones"
-# Not a table: the name the query API gives a table's row history (cdclake.lake.statements.history_sql).
+# Not a table: the name the query API gives a table's row history (cdclake.query.statements.history_sql).
 HISTORY_SUFFIX = "__history"
 RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, HISTORY_SUFFIX)
 # Debezium's stand-in for a column value it did not capture (unchanged TOASTed Postgres values):

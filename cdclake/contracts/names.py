@@ -33,10 +33,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from cdclake.config.settings import Settings
+from typing import Any, Protocol
 
 RESERVED_PREFIX = "_cdc_"
 ICEBERG_METADATA_COLUMNS = frozenset(
@@ -59,6 +56,18 @@ _OBJECTS = frozenset((dict,))
 _KNOWN_MAX_ENTRIES, _KNOWN_MAX_KEYS = 256, 256
 
 
+class LimitSettings(Protocol):
+    """What :meth:`Limits.of` reads: ``cdclake.config.settings.Settings`` has these fields (a
+    structural type, so the contracts import nothing of the configuration)."""
+
+    @property
+    def max_name_chars(self) -> int: ...
+    @property
+    def max_depth(self) -> int: ...
+    @property
+    def max_columns(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Limits:
     max_name_chars: int = DEFAULT_MAX_NAME_CHARS
@@ -71,7 +80,7 @@ class Limits:
     _known: set[tuple[str, ...]] = field(default_factory=set, compare=False, repr=False)
 
     @classmethod
-    def of(cls, settings: Settings) -> Limits:
+    def of(cls, settings: LimitSettings) -> Limits:
         return cls(settings.max_name_chars, settings.max_depth, settings.max_columns)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.contracts.source_types import companion
+from cdclake.contracts.coltypes import companion
 from cdclake.dev.reference_types import column_type, declared_column, exact_value, fit, run_declarations, text_of
 
 UNAVAILABLE = "__debezium_unavailable_value"

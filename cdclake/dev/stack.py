@@ -1,7 +1,7 @@
 """The embedded deployment on one machine: receiver + Iceberg REST catalog + Airflow (api-server,
 scheduler, dag-processor on SQLite, LocalExecutor) + a Spark Connect server for the applies and
 another for the query API (Spark local; the query one at the lowest CPU priority, with no catalog
-login: cdclake.lake.queryserver), every socket on 127.0.0.1.
+login: cdclake.query.server), every socket on 127.0.0.1.
 
 Airflow components are started one by one instead of ``airflow standalone``: standalone opens
 serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets its own session,
@@ -37,10 +37,10 @@ import httpx
 from cdclake.config import private
 from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
-from cdclake.lake import queryserver
 from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
 from cdclake.orchestration.airflow_api import AirflowClient
+from cdclake.query import server as queryserver
 from cdclake.service import exposure
 
 

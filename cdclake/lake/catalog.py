@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from cdclake.lake.statements import AsOf
 
 log = logging.getLogger("cdclake.lake.catalog")
 
@@ -173,16 +172,3 @@ def pending_tables(
     """Tables with staging objects not yet consumed, and how many (``unreadable``: see
     :func:`pending_objects`)."""
     return dict(Counter(k.table for k in pending_objects(settings, only, store, unreadable)))
-
-
-def snapshot_at(settings: Settings, table: str, as_of: AsOf) -> int | None:
-    """The id of ``table``'s snapshot at ``as_of`` (a time: the newest committed at or before it;
-    an id: itself, if the table has it); None when there is none then, or no such table."""
-    t = load_table(settings, table)
-    if t is None:
-        return None
-    if as_of.snapshot_id is not None:
-        return as_of.snapshot_id if t.snapshot_by_id(as_of.snapshot_id) is not None else None
-    assert as_of.timestamp_ms is not None
-    found = t.snapshot_as_of_timestamp(as_of.timestamp_ms)
-    return found.snapshot_id if found is not None else None

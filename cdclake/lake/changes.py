@@ -25,13 +25,11 @@ from cdclake.contracts import history as h
 from cdclake.contracts.events import CHANGES_SUFFIX
 from cdclake.contracts.watermark import Watermark
 from cdclake.lake.catalog import load_table, table_watermark
-from cdclake.lake.commit_order import earliest, latest
+from cdclake.lake.commit_order import Position, earliest, latest
 
 OPERATIONS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
 """A TRUNCATE's change has the key ``*`` and no ``after``: every row of the table before it is gone."""
 ROWLESS = ("DELETE", "TRUNCATE")
-Position = tuple[int, tuple[int, ...], str, int]
-"""(commit time in microseconds, ordering value, producer, sequence)."""
 
 
 class BadCursor(ValueError):

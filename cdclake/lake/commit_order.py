@@ -13,19 +13,31 @@ the head of the history opens one file and a long one is read in parallel like a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cdclake.contracts import history as h
 
 if TYPE_CHECKING:
     from pyiceberg.table import DataScan, FileScanTask, Table
 
-    from cdclake.lake.changes import Change, Position
-
 MAX_GROUP = 16
 _MIN, _MAX = -(2**63), 2**63 - 1
 
 Rows = list[dict[str, Any]]
+Position = tuple[int, tuple[int, ...], str, int]
+"""(commit time in microseconds, ordering value, producer, sequence)."""
+
+
+class Positioned(Protocol):
+    """What this module reads of a change (:class:`cdclake.lake.changes.Change` is one)."""
+
+    @property
+    def committed_at_us(self) -> int: ...
+    @property
+    def position(self) -> Position: ...
+
+
+C = TypeVar("C", bound=Positioned)
 
 
 def _bound(task: FileScanTask, field_id: int, upper: bool) -> int:
@@ -55,12 +67,12 @@ def _read(log: Table, scan: DataScan, group: list[FileScanTask]) -> Rows:
     return rows
 
 
-def earliest(log: Table, scan: DataScan, limit: int, keep: Callable[[Rows], list[Change]]) -> list[Change]:
+def earliest(log: Table, scan: DataScan, limit: int, keep: Callable[[Rows], list[C]]) -> list[C]:
     """The first ``limit`` (by position) of the changes ``keep`` makes of ``scan``'s rows."""
     field_id = log.schema().find_field(h.COMMITTED_AT).field_id
     tasks = sorted(scan.plan_files(), key=lambda t: _bound(t, field_id, upper=False))
     groups = _groups(tasks)
-    found: list[Change] = []
+    found: list[C] = []
     for n, group in enumerate(groups):
         found = sorted(found + keep(_read(log, scan, group)), key=lambda c: c.position)[:limit]
         if n + 1 < len(groups):
@@ -70,7 +82,7 @@ def earliest(log: Table, scan: DataScan, limit: int, keep: Callable[[Rows], list
     return found
 
 
-def latest(log: Table, scan: DataScan, keep: Callable[[Rows], list[Change]]) -> Position | None:
+def latest(log: Table, scan: DataScan, keep: Callable[[Rows], list[C]]) -> Position | None:
     """The greatest position among the changes ``keep`` makes of ``scan``'s rows."""
     field_id = log.schema().find_field(h.COMMITTED_AT).field_id
     tasks = sorted(scan.plan_files(), key=lambda t: _bound(t, field_id, upper=True), reverse=True)

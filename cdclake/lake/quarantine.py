@@ -45,7 +45,6 @@ from cdclake.contracts.history import (
     SOURCE,
 )
 from cdclake.lake.spark import table_ident
-from cdclake.lake.statements import QueryError
 
 REPLAY_SOURCE = "cdclake-replay"
 """The source in a replay object's name; its lines keep their producers' sources."""
@@ -53,6 +52,10 @@ LOCK_TTL_S = 120.0
 STATUSES = ("quarantined", "replayed", "no event")
 """A row's status in ``list``: still quarantined, replayed, or kept before the apply kept the
 staged line (quarantined by an older cdclake: it cannot be replayed)."""
+
+
+class QuarantineError(RuntimeError):
+    """A table name or quarantine the user must fix; the message is one line."""
 
 
 @dataclass
@@ -70,7 +73,7 @@ def _ident(settings: Settings, table: str) -> str:
     """``<table>__quarantine``'s identifier, for a name the door would let through: it goes into
     SQL text (REFRESH, ALTER, MERGE), so anything else is refused, not quoted."""
     if not re.fullmatch(TABLE_PATTERN, table):
-        raise QueryError(f"not a CDC table name: {table!r} (letters, digits and _; see TABLE_PATTERN)")
+        raise QuarantineError(f"not a CDC table name: {table!r} (letters, digits and _; see TABLE_PATTERN)")
     return table_ident(settings, table + QUARANTINE_SUFFIX)
 
 
@@ -81,7 +84,7 @@ def quarantine(spark: Any, settings: Settings, table: str, reason: str | None = 
 
     ident = _ident(settings, table)
     if not spark.catalog.tableExists(ident):
-        raise QueryError(f"no quarantine table {ident}: the next apply of {table} creates it")
+        raise QuarantineError(f"no quarantine table {ident}: the next apply of {table} creates it")
     spark.sql(f"REFRESH TABLE {ident}")  # another session may have committed since this one read it
     df = spark.table(ident)
     types = {EVENT: "string", REPLAYED_AT: "timestamp", REPLAY: "string"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cdclake.config.settings import Settings
 
 QUERY_POOL = "cdclake-queries"
-"""The Spark scheduler pool of the query API's jobs (cdclake.lake.querysession)."""
+"""The Spark scheduler pool of the query API's jobs (cdclake.query.session)."""
 
 # FAIR between pools. The applies' pool (Spark's "default", where a job without a pool goes) has
 # a minimum share no server reaches: while an apply has tasks waiting, each free task slot goes

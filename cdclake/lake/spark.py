@@ -263,7 +263,7 @@ def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: in
     """``spark-submit`` of the Spark Connect server: one long-lived driver JVM with the catalog
     and jars, so a job pays a session (milliseconds) instead of a JVM start (~10 s here). Start
     it with :func:`connect_server_env` added to its environment (the token). The query API's own
-    server is :func:`cdclake.lake.queryserver.query_server_command`."""
+    server is :func:`cdclake.query.server.query_server_command`."""
     conf = {**jar_conf(settings), **job_conf(settings), **scheduler_conf(settings)}
     return server_command(settings, "cdclake-spark-connect", {**conf, **connect_conf(settings, host, port)})
 

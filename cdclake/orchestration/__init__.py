@@ -1,4 +1,4 @@
-"""Running the jobs, kept free of Airflow imports at module level: the Airflow REST API client,
-submitting Spark jobs (Spark Connect or spark-submit), the Spark node and Spark Connect server
-launchers (used by docker-compose and the cluster tests), and helpers the DAGs share.
+"""The Airflow side, kept free of Airflow imports at module level: the Airflow REST API client,
+the auth manager's narrowed receiver login, the staging Asset the receiver announces and
+``cdc_apply`` is scheduled on, and helpers the DAGs share.
 """

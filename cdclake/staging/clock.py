@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cdclake.staging import Store
+    from cdclake.staging.store import Store
 
 log = logging.getLogger("cdclake.staging.clock")
 

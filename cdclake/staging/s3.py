@@ -26,8 +26,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from cdclake import staging
 from cdclake.config.settings import SettingsError
+from cdclake.staging.names import CLOCK_FOLDER, ObjectKey, parse_name
 
 if TYPE_CHECKING:
     from cdclake.config.settings import Settings
@@ -130,14 +130,14 @@ class S3Staging:
         return f"s3://{self.bucket}/{self._key(path)}"
 
     # ------------------------------------------------------------------------- Store
-    def uri(self, key: staging.ObjectKey) -> str:
+    def uri(self, key: ObjectKey) -> str:
         return self.uri_of(key.path)
 
-    def put(self, key: staging.ObjectKey, data: bytes) -> None:
+    def put(self, key: ObjectKey, data: bytes) -> None:
         # A PUT is atomic and, once answered 200, as durable as the store makes anything.
         self._s3.put_object(Bucket=self.bucket, Key=self._key(key.path), Body=data)
 
-    def get(self, key: staging.ObjectKey) -> bytes:
+    def get(self, key: ObjectKey) -> bytes:
         data = self.read(key.path)
         if data is None:
             # As LocalStaging, so callers handle a vanished object the same way for both stores.
@@ -202,7 +202,7 @@ class S3Staging:
         return int(head["LastModified"].timestamp() * 1000)
 
     def clock_probe(self) -> int:
-        path = f"{staging.CLOCK_FOLDER}/{uuid.uuid4().hex}"
+        path = f"{CLOCK_FOLDER}/{uuid.uuid4().hex}"
         self._s3.put_object(Bucket=self.bucket, Key=self._key(path), Body=b"0")
         try:
             stamp = self.modified_ms(path)
@@ -241,7 +241,7 @@ class S3Staging:
                 found.append(name)
         return sorted(found)
 
-    def list(self, table: str, after: str = "") -> Iterator[staging.ObjectKey]:
+    def list(self, table: str, after: str = "") -> Iterator[ObjectKey]:
         """Objects of ``table`` whose name sorts after ``after``, in key order.
 
         S3 lists keys in UTF-8 byte order, which for staging names (ASCII) is Python's ``str``
@@ -252,10 +252,10 @@ class S3Staging:
         for key in self._keys(base, direct=False, start_after=start_after):
             name = key[len(base) :]
             try:
-                staging.parse_name(name)
+                parse_name(name)
             except ValueError:
                 continue  # not ours: stray uploads, temp files of other tools
-            yield staging.ObjectKey(table, name)
+            yield ObjectKey(table, name)
 
     # ------------------------------------------------------------------------- helpers
     def _pages(self, **kwargs: str) -> Iterator[dict[str, Any]]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cdclake.staging import LocalStaging, Store
+from cdclake.staging.local import LocalStaging
+from cdclake.staging.store import Store
 
 if TYPE_CHECKING:
     from cdclake.config.settings import Settings

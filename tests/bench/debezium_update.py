@@ -26,9 +26,9 @@ from typing import Any
 
 import psutil
 
-from cdclake.cli.debezium_config import RETRY_INTERVAL_MS, key_toml
-from cdclake.cli.debezium_discover import discover
 from cdclake.config.settings import Settings, load
+from cdclake.debezium.config import RETRY_INTERVAL_MS, key_toml
+from cdclake.debezium.discover import discover
 from cdclake.dev.stack import free_port
 from tests.support.debezium_server import LogicalPostgres, Pipeline, fail_fast_sink, missing
 

@@ -43,8 +43,8 @@ def connect_server(
     listens; ``conf`` overrides the command's Spark settings (a later ``--conf`` of the same key
     wins in spark-submit). ``own_session``: started as the embedded stack starts its components,
     each in a session (and autogroup) of its own, the query server's at its niceness."""
-    from cdclake.lake.queryserver import lower_priority, query_server_command, query_server_environ
     from cdclake.lake.spark import connect_server_command, connect_server_env
+    from cdclake.query.server import lower_priority, query_server_command, query_server_environ
 
     query = role == "query"
     url = settings.query_spark_connect_url if query else settings.spark_connect_url

@@ -19,7 +19,7 @@ import httpx
 # The REST catalog's server with settings added to every query session's (query_load's ``fair-short``).
 PATCHED_REST = (
     "import json, os, runpy\n"
-    "import cdclake.lake.querysession as qs\n"
+    "import cdclake.query.session as qs\n"
     "extra, base = json.loads(os.environ['BENCH_QUERY_CONF']), qs.query_catalog_conf\n"
     "qs.query_catalog_conf = lambda settings, token: {**base(settings, token), **extra}\n"
     "runpy.run_module('restcatalog', run_name='__main__', alter_sys=True)\n"

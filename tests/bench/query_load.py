@@ -20,14 +20,14 @@ Per mode (fresh Connect servers each, on the same lake; --modes):
 * ``fifo``: the same command plus ``--conf spark.scheduler.mode=FIFO`` (an override of this bench
   only): the pools are ignored, jobs take the task slots in the order they were submitted;
 * ``fair-short``: as ``fair``, but the query sessions also split their shuffles finer
-  (:data:`SHORT_TASKS`, added to cdclake.lake.querysession's settings in the REST catalog's process
+  (:data:`SHORT_TASKS`, added to cdclake.query.session's settings in the REST catalog's process
   by this bench only): shorter query tasks, each a shorter wait for an apply's stage.
 Each mode: 2 warm-up applies and one heavy query alone, untimed; --repeats applies with no
 queries; then --queries threads (one client each, so the per-client cap holds none of them back)
 post the heavy query to ``POST /v1/query`` back to back, waiting out a 429's Retry-After; once the
 server's cap is full and the JVM busy, --repeats applies again. Each apply is a fresh batch of
 --events events in --objects staging objects, run as cdc_apply runs it on a Connect server
-(``cdclake.orchestration.submit.run_on_connect`` of ``spark_jobs.apply``).
+(``cdclake.launch.submit.run_on_connect`` of ``spark_jobs.apply``).
 
 Reported per mode and phase: the apply's wall seconds (median of the repeats) and its ratio
 loaded/unloaded (issue 28's goal: <= 1.5), the applies' Connect JVM's CPU seconds per apply
@@ -137,7 +137,7 @@ def one_apply(
     settings: Any, stream: Stream, events: int, objects: int, seed: int, pid: int, qpid: int
 ) -> dict[str, Any]:
     """Stage a fresh batch, then time its apply as cdc_apply runs it on the Connect server."""
-    from cdclake.orchestration.submit import run_on_connect
+    from cdclake.launch.submit import run_on_connect
     from tests.support import stage
 
     stage(settings, stream.next(events, max(1, events // objects), seed=seed))
@@ -229,8 +229,8 @@ def setup(args: argparse.Namespace) -> tuple[Any, dict[str, str]]:
     from cdclake.config.settings import load
     from cdclake.dev.stack import free_port
     from cdclake.lake import bootstrap
-    from cdclake.lake.queryserver import query_token
     from cdclake.lake.spark import connect_token
+    from cdclake.query.server import query_token
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-bench-query-load-"))
     tokens = home / "rest-tokens.toml"
@@ -283,7 +283,7 @@ def sparklog_conf(conf: dict[str, str]) -> dict[str, str]:
 def run(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     from cdclake.dev.reference import diff, expected_tables, rows_by_key
     from cdclake.lake.spark import connect_session, connect_token, table_ident
-    from cdclake.orchestration.submit import run_on_connect
+    from cdclake.launch.submit import run_on_connect
     from tests.support import stage
 
     settings, env = setup(args)

@@ -1,7 +1,7 @@
 """``cdclake debezium``: the application.properties it writes (read back by Java's own
 ``Properties``), the key TOML (read back by cdclake.config.tables), secrets kept off the command line
 and out of every output, and errors naming the flag. The properties' code path is the one
-tests/e2e/test_debezium_server.py runs a real Debezium Server on (cdclake.cli.debezium_config)."""
+tests/e2e/test_debezium_server.py runs a real Debezium Server on (cdclake.debezium.config)."""
 
 from __future__ import annotations
 

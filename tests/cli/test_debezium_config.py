@@ -1,4 +1,4 @@
-"""cdclake.cli.debezium_config: the application.properties Debezium Server runs on (fast checks;
+"""cdclake.debezium.config: the application.properties Debezium Server runs on (fast checks;
 tests/e2e/test_debezium_server.py runs a real Debezium Server on the same output)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.cli.debezium_config import ConfigError, Database, Sink, key_toml, properties, render
 from cdclake.config.tables import load_table_config
+from cdclake.debezium.config import ConfigError, Database, Sink, key_toml, properties, render
 from tests.support import make_settings
 
 PG = Database("postgres", "db.internal", 5432, "dbz", "pw", "shop", ("public.customers", "public.order_lines"))

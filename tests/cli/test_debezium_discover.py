@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.cli.debezium_config import Database
-from cdclake.cli.debezium_discover import DiscoveryError, discover, mysql_type, postgres_type
+from cdclake.debezium.config import Database
+from cdclake.debezium.discover import DiscoveryError, discover, mysql_type, postgres_type
 from tests.support import debezium_expect as expect
 from tests.support import debezium_workload as w
 from tests.support import make_settings

@@ -25,7 +25,7 @@ from cdclake.cli.output import Result, render
 from cdclake.config.settings import Settings
 from cdclake.dev.reference import diff, rows_by_key
 from cdclake.dev.stack import LocalStack, free_port
-from cdclake.lake.statements import AsOf, QueryError, parse_as_of, split_statements, statements_of, with_as_of
+from cdclake.query.statements import AsOf, QueryError, parse_as_of, split_statements, statements_of, with_as_of
 from tests.support import make_settings
 from tests.support.lake import Lake, two_run_lake
 from tests.support.rest import serve

@@ -1,4 +1,4 @@
-"""Debezium JSON change events -> our batch contract (cdclake.contracts.debezium)."""
+"""Debezium JSON change events -> our batch contract (cdclake.debezium.envelope)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdclake.contracts import debezium, events
-from cdclake.contracts.debezium import looks_like_debezium, to_batch
+from cdclake.contracts import events
 from cdclake.contracts.events import UNAVAILABLE, InvalidBatch
+from cdclake.debezium import envelope as debezium
+from cdclake.debezium.envelope import looks_like_debezium, to_batch
 from tests.support.debezium import ANNE, ENVELOPE_SCHEMA, Json, pg_payload, pg_source
 
 

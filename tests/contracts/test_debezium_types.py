@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.contracts import debezium, debezium_text, debezium_types
-from cdclake.contracts.source_types import Companion
+from cdclake.contracts.coltypes import Companion
+from cdclake.debezium import connect_types as debezium_types
+from cdclake.debezium import envelope as debezium
+from cdclake.debezium import text as debezium_text
 from receiver.app import create_app
 from tests.support import apply_all
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from cdclake.cli import debezium_config
-from cdclake.cli.debezium_discover import mysql_type, postgres_type
-from cdclake.contracts import debezium, debezium_types, source_types
-from cdclake.contracts.source_types import Companion
+from cdclake.contracts.coltypes import Companion
+from cdclake.debezium import config as debezium_config
+from cdclake.debezium import connect_types as debezium_types
+from cdclake.debezium import envelope as debezium
+from cdclake.debezium import source_types
+from cdclake.debezium.discover import mysql_type, postgres_type
 from cdclake.dev.reference_types import fit
 from tests.support.exact_values import BC_44_MARCH_15, PI_50, pg_envelope, pg_row
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from cdclake.contracts import debezium, events
+from cdclake.contracts import events
+from cdclake.debezium import envelope as debezium
 
 PG_T = {
     "before": None,

@@ -333,7 +333,7 @@ def test_catalog_and_airflow_databases_are_on_postgres() -> None:
 
 
 def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdclake.orchestration import spark_node
+    from cdclake.launch import spark_node
 
     svcs = services()
     master = argv(svcs["spark-master"])
@@ -363,7 +363,7 @@ def test_spark_master_workers_and_submit_connection_agree(monkeypatch: pytest.Mo
 
 def test_spark_connect_url_points_at_the_connect_server(monkeypatch: pytest.MonkeyPatch) -> None:
     from cdclake.lake.spark import job_conf
-    from cdclake.orchestration import connect_server
+    from cdclake.launch import connect_server
 
     svcs = services()
     url = urlsplit(load(env_of(svcs["airflow-scheduler"])).spark_connect_url)
@@ -591,7 +591,7 @@ def test_the_receiver_is_never_open(tmp_path: Path) -> None:
 
 
 def test_spark_connect_takes_a_token_that_its_clients_have(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdclake.orchestration import connect_server
+    from cdclake.launch import connect_server
 
     svcs = services()
     svc = svcs["spark-connect"]
@@ -611,7 +611,7 @@ def test_the_query_api_runs_on_a_server_of_its_own_with_no_catalog_login(monkeyp
     """rest-catalog sends its statements to spark-connect-query, which it alone holds the token
     of; that server's container has no catalog database URL or password, and its JVM runs at
     nice 19 with no JDBC catalog and a CPU weight below the others'."""
-    from cdclake.orchestration import connect_server
+    from cdclake.launch import connect_server
 
     svcs = services()
     svc, rest = svcs[QUERY_SERVER], load(env_of(svcs["rest-catalog"]))

@@ -13,7 +13,7 @@ from cdclake.config.settings import SettingsError, load
 from cdclake.lake import bootstrap
 from cdclake.lake.catalog import io_properties
 from cdclake.lake.spark import catalog_conf, connect_server_command, jar_conf, job_conf
-from cdclake.orchestration.submit import submit_kwargs
+from cdclake.launch.submit import submit_kwargs
 from tests.support.s3server import SeaweedS3
 
 S3 = dict(

@@ -1,4 +1,4 @@
-"""The query API's own Spark Connect server (cdclake.lake.queryserver), as commands and settings:
+"""The query API's own Spark Connect server (cdclake.query.server), as commands and settings:
 its JVM starts at the lowest CPU priority and holds no catalog database login, no JDBC catalog
 and none of the apply server's settings; the query sessions go to it when it is set."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cdclake.config.settings import SettingsError, load
-from cdclake.lake.queryserver import query_engine, query_server_command, query_server_environ, query_token
 from cdclake.lake.spark import connect_server_command, connect_token
+from cdclake.query.server import query_engine, query_server_command, query_server_environ, query_token
 from tests.support.security import PG_PASSWORD, S3_SECRET, secret_settings
 
 QUERY_TOKEN = "query-Token-5678"

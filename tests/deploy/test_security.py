@@ -200,7 +200,7 @@ def test_spark_commands_keep_credentials_off_the_command_line(tmp_path: Path, mo
     """The Connect server's and each spark-submit's argv; the credentials reach Spark through a
     properties file only the owner can read."""
     from cdclake.lake.spark import connect_server_command
-    from cdclake.orchestration.submit import submit_kwargs
+    from cdclake.launch.submit import submit_kwargs
 
     s = secret_settings(tmp_path)
     cmd = connect_server_command(s, "127.0.0.1", 15002)

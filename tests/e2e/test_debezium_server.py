@@ -2,13 +2,13 @@
 (``pgoutput``) and a real MariaDB (binlog) into the real receiver, then Spark into Iceberg.
 
 Six runs, four at a time, each with its own database, receiver and Debezium Server
-(tests/support/debezium_server.py), on the properties cdclake.cli.debezium_config writes: ``pg_basic``
+(tests/support/debezium_server.py), on the properties cdclake.debezium.config writes: ``pg_basic``
 (plain and typed columns, a TOASTed text across a key change, a column added with a default),
 ``pg_keys`` (composite keys from the table config), ``pg_burst`` (the writer's default sink
 settings, retries failing fast, with a bearer token: a 20,000-row transaction with Debezium
 SIGKILLed mid-burst and restarted, then an 8 MB transaction), ``maria_basic``, and ``pg_nos`` /
 ``maria_nos`` (``schemas.enable=false``: keys and types read from the source by
-cdclake.cli.debezium_discover, as ``cdclake debezium --discover --no-schemas`` does). What landed is
+cdclake.debezium.discover, as ``cdclake debezium --discover --no-schemas`` does). What landed is
 compared with the source tables (staging read without the staging module; Iceberg through Spark
 with the source's types, tests/support/debezium_expect.py).
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.cli import debezium_config
-from cdclake.cli.debezium_discover import discover
 from cdclake.config.settings import Settings
+from cdclake.debezium import config as debezium_config
+from cdclake.debezium.discover import discover
 from cdclake.dev.stack import free_port
 from tests.support import debezium_expect as expect
 from tests.support import debezium_workload as w

@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from cdclake.cli import debezium_cmd
-from cdclake.cli import debezium_config as dc
 from cdclake.config.settings import Settings
+from cdclake.debezium import config as dc
 from cdclake.dev.stack import free_port
 from tests.support import fresh_settings, make_settings
 from tests.support import type_matrix as tm

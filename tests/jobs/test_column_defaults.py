@@ -14,7 +14,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.contracts import debezium, events
+from cdclake.contracts import events
+from cdclake.debezium import envelope as debezium
 from cdclake.lake.catalog import load_table
 from receiver.app import create_app
 from spark_jobs.backfill import PREFIX

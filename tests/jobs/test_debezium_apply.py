@@ -13,8 +13,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.contracts import debezium
 from cdclake.contracts.events import UNAVAILABLE, encode
+from cdclake.debezium import envelope as debezium
 from cdclake.dev.reference import expected_tables
 from receiver.app import create_app
 from tests.support import apply_all, table_rows

@@ -12,11 +12,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.contracts import debezium, events
+from cdclake.contracts import events
+from cdclake.debezium import envelope as debezium
 from cdclake.dev.reference import diff, expected_runs
 from cdclake.lake.changes import read_changes
 from cdclake.lake.spark import table_ident
-from cdclake.lake.statements import history_sql
+from cdclake.query.statements import history_sql
 from receiver.app import create_app
 from spark_jobs.system import CRASH_POINTS, SimulatedCrash
 from tests.jobs.test_semantics import batch, ev, rows

@@ -56,7 +56,7 @@ def test_maintenance_dags_have_their_params_and_order(dagbag) -> None:  # type: 
 
 
 def test_cdc_apply_is_scheduled_on_the_receivers_asset(dagbag) -> None:  # type: ignore[no-untyped-def]
-    from cdclake.staging import ASSET_NAME
+    from cdclake.orchestration.assets import ASSET_NAME
 
     dag = dagbag.dags["cdc_apply"]
     names = (

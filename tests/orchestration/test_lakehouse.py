@@ -1,5 +1,5 @@
-"""The Lakehouse page's read model (cdclake/lake/status.py) over tables written with pyiceberg,
-and its app's authentication (cdclake/orchestration/lakehouse.py) under Starlette's test client.
+"""The Lakehouse page's read model (cdclake/lakehouse/status.py) over tables written with pyiceberg,
+and its app's authentication (cdclake/lakehouse/app.py) under Starlette's test client.
 No JVM, no server: the browser test (tests/e2e/test_browser.py) runs the page in the api-server."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def batch(n: int, table: str) -> dict[str, Any]:
 
 
 def test_status_reads_files_accounting_freshness_pending_and_quarantine(settings: Settings) -> None:
-    from cdclake.lake.status import lake_status
+    from cdclake.lakehouse.status import lake_status
 
     counts = {"received": 9, "applied": 4, "duplicate": 2, "superseded": 1, "late": 1, "quarantined": 1}
     cdc_table(settings, appends=6, counts=counts)
@@ -96,7 +96,7 @@ def test_status_reads_files_accounting_freshness_pending_and_quarantine(settings
 
 
 def test_fewer_small_files_than_the_minimum_is_no_candidate(settings: Settings) -> None:
-    from cdclake.lake.status import lake_status
+    from cdclake.lakehouse.status import lake_status
 
     cdc_table(settings, appends=4, counts={"received": 1, "applied": 1})
     (orders,) = lake_status(settings, T0_MS)
@@ -106,8 +106,8 @@ def test_fewer_small_files_than_the_minimum_is_no_candidate(settings: Settings) 
 
 
 def test_the_page_escapes_and_labels_both_freshness_figures(settings: Settings) -> None:
-    from cdclake.lake.status import lake_status
-    from cdclake.orchestration.lakehouse_page import render
+    from cdclake.lakehouse.page import render
+    from cdclake.lakehouse.status import lake_status
 
     cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
     quarantine_table(settings, ["<script>alert(1)</script>"])
@@ -127,7 +127,7 @@ def test_the_page_escapes_and_labels_both_freshness_figures(settings: Settings) 
 
 
 def test_an_unreachable_catalog_is_said_not_raised(tmp_path: Path) -> None:
-    from cdclake.orchestration.lakehouse import _statuses
+    from cdclake.lakehouse.app import _statuses
 
     broken = make_settings(tmp_path, catalog_url=f"sqlite:///{tmp_path}/missing/dir/catalog.db")
     statuses, error, _ = _statuses(broken)
@@ -150,7 +150,7 @@ def test_an_unreachable_catalog_is_said_not_raised(tmp_path: Path) -> None:
 def test_anonymous_requests_are_refused(settings: Settings, method: str, path: str) -> None:
     from fastapi.testclient import TestClient
 
-    from cdclake.orchestration.lakehouse import create_app
+    from cdclake.lakehouse.app import create_app
 
     client = TestClient(create_app(lambda: settings))
     r = client.request(method, path, json={"table": "orders"})
@@ -213,7 +213,7 @@ def authed(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> tuple[Any, Fa
     from airflow.models.dag import DagModel
     from fastapi.testclient import TestClient
 
-    import cdclake.orchestration.lakehouse as lakehouse
+    import cdclake.lakehouse.app as lakehouse
 
     fake = FakeAuthManager()
     monkeypatch.setattr(security, "get_auth_manager", lambda: fake)

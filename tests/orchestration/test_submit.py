@@ -1,4 +1,4 @@
-"""A Spark Connect task (cdclake.orchestration.submit.run_on_connect) whose server is out of reach
+"""A Spark Connect task (cdclake.launch.submit.run_on_connect) whose server is out of reach
 fails within its retry budget and says which server and where to look, for the task log; the
 job's own errors pass through as they are."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from cdclake.config.settings import PROJECT_ROOT
 from cdclake.dev.stack import free_port
-from cdclake.orchestration import submit
+from cdclake.launch import submit
 from tests.support import make_settings
 
 

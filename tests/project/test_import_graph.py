@@ -5,13 +5,16 @@ Rules:
 - no import cycle among project modules. Module-level imports (class bodies and module-level
   ``if``/``try`` included) are checked first; then the same graph with the imports made inside
   functions added, reported separately: a lazy import only postpones a cycle (the two modules
-  still need each other), so it is refused too. Imports under ``if TYPE_CHECKING:`` never run
-  and are not counted.
+  still need each other), so it is refused too. Imports under ``if TYPE_CHECKING:`` never run,
+  but a type names the module it comes from as surely as a call does: they count with the lazy
+  ones, in the cycle check and in every rule below.
 - the two services stay apart: ``receiver`` never imports ``restcatalog`` and ``restcatalog``
   never imports ``receiver``, lazily or not. What both need lives in ``cdclake``.
 - inside ``cdclake``, dependencies point one way between its sub-packages (:data:`LAYERS`), lazily
-  or not: contracts <- config <- staging <- lake <- orchestration <- dev <- cli; ``service`` on
-  contracts and config only, the producer SDK (``client``) on contracts alone.
+  or not: contracts <- config <- staging <- lake <- query <- launch <- dev <- cli; ``debezium``
+  (the Debezium adapter) on contracts and config; ``orchestration`` (the Airflow side) and
+  ``lakehouse`` (the Lakehouse page) on lake and below; ``service`` on contracts and config only,
+  the producer SDK (``client``) on contracts alone.
 - what runs in production (the services, the jobs, the DAGs) never imports ``cdclake.dev`` (the
   local stack, the demo, the reference model) or ``cdclake.cli``.
 - ``cdclake`` (the shared layer) imports none of ``receiver``, ``restcatalog``, ``spark_jobs``,
@@ -39,15 +42,31 @@ LAZY_UPWARD = {
 }
 """Imports inside functions from cdclake up into a service or job: (importer, imported)."""
 
-_BELOW_DEV = {"contracts", "config", "staging", "lake", "service", "orchestration", "client"}
+_BELOW_DEV = {
+    "contracts",
+    "config",
+    "debezium",
+    "staging",
+    "lake",
+    "query",
+    "service",
+    "orchestration",
+    "lakehouse",
+    "launch",
+    "client",
+}
 LAYERS: dict[str, set[str]] = {
     "contracts": set(),
     "config": {"contracts"},
     "client": {"contracts"},
+    "debezium": {"contracts", "config"},
     "staging": {"contracts", "config"},
     "lake": {"contracts", "config", "staging"},
+    "query": {"contracts", "config", "lake"},
     "service": {"contracts", "config"},
-    "orchestration": {"contracts", "config", "staging", "lake", "service"},
+    "orchestration": {"contracts", "config", "lake"},
+    "lakehouse": {"contracts", "config", "staging", "lake"},
+    "launch": {"contracts", "config", "lake", "query", "service"},
     "dev": _BELOW_DEV,
     "cli": _BELOW_DEV | {"dev"},
 }
@@ -61,9 +80,10 @@ class Import:
     target: str
     line: int
     lazy: bool
+    type_only: bool = False
 
     def __str__(self) -> str:
-        kind = "lazy" if self.lazy else "module-level"
+        kind = "type-only" if self.type_only else "lazy" if self.lazy else "module-level"
         return f"{self.source} -> {self.target} ({module_path(self.source)}:{self.line}, {kind})"
 
 
@@ -126,24 +146,25 @@ def imports_of(module: str) -> Iterator[Import]:
             # `from a import b`: the module a.b if there is one, else a name in a.
             yield f"{base}.{alias.name}" if resolve(f"{base}.{alias.name}") != resolve(base) else base
 
-    def walk(nodes: list[ast.stmt], lazy: bool) -> Iterator[Import]:
+    def walk(nodes: list[ast.stmt], lazy: bool, type_only: bool = False) -> Iterator[Import]:
         for node in nodes:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 for name in targets(node):
                     target = resolve(name)
                     if target is not None and target != module:
-                        yield Import(module, target, node.lineno, lazy)
+                        yield Import(module, target, node.lineno, lazy, type_only)
             elif isinstance(node, ast.If) and is_type_checking(node.test):
-                yield from walk(node.orelse, lazy)
+                yield from walk(node.body, True, True)
+                yield from walk(node.orelse, lazy, type_only)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                yield from walk(node.body, True)
+                yield from walk(node.body, True, type_only)
             else:
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                     for child in getattr(node, field, []) or []:
                         if isinstance(child, ast.ExceptHandler | ast.match_case):
-                            yield from walk(child.body, lazy)
+                            yield from walk(child.body, lazy, type_only)
                         elif isinstance(child, ast.stmt):
-                            yield from walk([child], lazy)
+                            yield from walk([child], lazy, type_only)
 
     yield from walk(tree.body, False)
 
@@ -205,6 +226,8 @@ def test_the_graph_is_read() -> None:
     )
     assert any(e.source == "receiver.app" and e.target == "cdclake.config.settings" and not e.lazy for e in ALL)
     assert any(e.source == "dags.cdc_apply" and e.target == "cdclake.lake.catalog" and e.lazy for e in ALL)
+    # Imports under TYPE_CHECKING are read too (a type-only back edge is a back edge).
+    assert any(e.source == "cdclake.staging.clock" and e.target == "cdclake.staging.store" and e.type_only for e in ALL)
 
 
 def test_no_module_level_import_cycle() -> None:

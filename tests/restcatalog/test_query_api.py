@@ -1,4 +1,4 @@
-"""``POST /v1/query`` (restcatalog/query.py over cdclake/lake/queries.py): results and ``asOf``
+"""``POST /v1/query`` (restcatalog/query.py over cdclake/query/queries.py): results and ``asOf``
 results equal the reference model at each apply run, parameters are bound (never spliced), what
 a statement reads is taken from Spark's plan (files, other catalogs, Java calls and tables at the
 wrong time are refused), row caps, formats, and read rights per table.
@@ -22,7 +22,7 @@ from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
 from cdclake.dev.reference import diff, rows_by_key
-from cdclake.lake import limits, queries
+from cdclake.query import limits, queries
 from restcatalog import auth
 from restcatalog.app import create_app
 from restcatalog.query import jsonable
@@ -199,7 +199,7 @@ def test_what_a_statement_may_not_read_or_call_is_refused(api: httpx.Client, sql
 def test_a_session_answers_the_next_query_as_it_found_it(spark: Any, lake: Lake) -> None:
     """The server lends each of its Spark Connect sessions to one query after another: a query
     leaves no temporary view behind, whether it was answered or refused."""
-    from cdclake.lake.statements import AsOf
+    from cdclake.query.statements import AsOf
     from restcatalog.query import lake_for
 
     session, where = spark.newSession(), lake_for(lake.settings, auth.ANYONE)
@@ -428,7 +428,7 @@ def test_row_history_answers_the_row_at_any_time_after_snapshot_expiry(
         stamps = query(api, f"SELECT DISTINCT _commit_timestamp FROM {TABLE}__history", maxRows=10)["rows"]
         assert len(stamps) == 2  # one per run
     # The same text in Spark SQL, as docs/querying.md's "Row history" gives it.
-    from cdclake.lake.statements import history_sql
+    from cdclake.query.statements import history_sql
 
     plain = (
         spark.sql(history_sql(old.settings.catalog_name, old.settings.namespace, TABLE))
@@ -563,7 +563,7 @@ RelationV2[id#1L] lake.cdc.other
 
 
 def test_touched_relations_from_the_analyzed_plan() -> None:
-    from cdclake.lake import relations
+    from cdclake.query import relations
 
     got = relations.touched(EXTENDED)
     assert got is not None and got.failed

@@ -89,8 +89,8 @@ def test_a_cdclake_sql_session_sees_each_commit(spark: Any, connect_url: str, sp
     """``cdclake sql`` on the Spark Connect server (its session lives as long as the shell): the
     same statement, asked again right after each commit, answers the new rows."""
     from cdclake.cli.query import query_session
-    from cdclake.lake.querysession import release
     from cdclake.lake.spark import connect_session
+    from cdclake.query.session import release
 
     settings = fresh_settings(spark_home)
     runs = parts(3)

@@ -1,4 +1,4 @@
-"""``POST /v1/query/plan`` (restcatalog/plan.py over cdclake/lake/plans.py and filters.py): the
+"""``POST /v1/query/plan`` (restcatalog/plan.py over cdclake/query/plans.py and filters.py): the
 data files a query would read, checked against an independent reference (the table's ``files``
 metadata table, or pyiceberg's ``inspect.files`` of a snapshot, filtered here in Python), never
 fewer than Iceberg reads when the pushed filters' text reads more than one way; the same checks,
@@ -19,8 +19,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from cdclake.config.settings import Settings
-from cdclake.lake import filters, plans
 from cdclake.lake.catalog import load_table
+from cdclake.query import filters, plans
 from restcatalog.app import create_app
 from tests.support import fresh_settings
 from tests.support.query import served

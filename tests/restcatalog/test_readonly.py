@@ -1,4 +1,4 @@
-"""Which statements are read-only queries (cdclake/lake/readonly.py), decided on Spark's own plans:
+"""Which statements are read-only queries (cdclake/query/readonly.py), decided on Spark's own plans:
 every query form below is admitted by the allow-list when Spark 4.1 explains it (so the list is
 not narrower than the queries users write), every command form is refused naming its node, and
 text a literal adds to EXPLAIN's output can refuse a statement but never hide a node."""
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from cdclake.lake import queries, readonly
-from cdclake.lake.readonly import NotAQuery
-from cdclake.lake.statements import QueryError
+from cdclake.query import queries, readonly
+from cdclake.query.readonly import NotAQuery
+from cdclake.query.statements import QueryError
 from tests.support import fresh_settings
 
 QUERIES = [

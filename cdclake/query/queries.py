@@ -4,7 +4,7 @@ caps, one deadline, and per-table read rights.
 
 What a statement is and what it reads are taken from Spark's own plans (``EXPLAIN EXTENDED`` of
 the statement as it will run), never from its text:
-- it must be a read-only query (:mod:`cdclake.lake.readonly`: an allow-list of plan nodes, no
+- it must be a read-only query (:mod:`cdclake.query.readonly`: an allow-list of plan nodes, no
   Java calls);
 - every relation of its analyzed plan, and every scan of its physical plan, must be an Iceberg
   table of the lake's catalog the client may read (no files, other catalogs or sources);
@@ -15,7 +15,7 @@ The text is only rewritten to ask for the time travel: fully qualified names get
 the rewritten statement is checked again before it runs.
 
 These checks are one of two walls: the query API runs statements in sessions whose catalog is
-the REST catalog with the client's read-only rights (:mod:`cdclake.lake.querysession`).
+the REST catalog with the client's read-only rights (:mod:`cdclake.query.session`).
 
 pyspark and pyarrow are imported by the callers' sessions; this module needs neither at import.
 """
@@ -33,14 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.contracts.events import CHANGES_SUFFIX, HISTORY_SUFFIX
 from cdclake.contracts.names import quote
-from cdclake.lake import readonly, relations
-from cdclake.lake.limits import deadline, fetch
-from cdclake.lake.readonly import Explained
-from cdclake.lake.statements import AsOf, QueryError, history_sql, tokens, with_as_of
+from cdclake.query import readonly, relations
+from cdclake.query.limits import deadline, fetch
+from cdclake.query.readonly import Explained
+from cdclake.query.statements import AsOf, QueryError, history_sql, tokens, with_as_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
+
+    from cdclake.config.settings import Settings
 
 Scalar = str | int | float | bool | None
 JAVA_CALLS = readonly.JAVA_CALLS
@@ -224,7 +226,7 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
 def check_touched(spark: SparkSession, statement: str, args: Any, lake: Lake, ex: Explained) -> None:
     """Forbidden (Refused for another catalog) when the statement touches a table the client may
     not read, known or not, before any answer or error of Spark's can say something about it: the
-    relations of the analyzed plan (:mod:`cdclake.lake.relations`). A statement that failed
+    relations of the analyzed plan (:mod:`cdclake.query.relations`). A statement that failed
     analysis then raises Spark's error."""
     found = relations.touched(ex.text)
     assert found is not None  # readonly.explained refuses a text without an analyzed plan
@@ -319,7 +321,7 @@ def time_travel(
 
 def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
     """``<table>__history`` in ``statement``: a temporary view of that table's row history
-    (:func:`cdclake.lake.statements.history_sql`), when the table has a change history. The
+    (:func:`cdclake.query.statements.history_sql`), when the table has a change history. The
     views made."""
     made = []
     for name in sorted(w for w in names_in(statement) if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
@@ -336,3 +338,18 @@ def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
 def names_in(statement: str) -> set[str]:
     """Every word and quoted name of ``statement``, lower-cased: what may name a table."""
     return {t.strip("`").replace("``", "`").lower() for k, t in tokens(statement) if k in ("word", "quoted")}
+
+
+def snapshot_at(settings: Settings, table: str, as_of: AsOf) -> int | None:
+    """The id of ``table``'s snapshot at ``as_of`` (a time: the newest committed at or before it;
+    an id: itself, if the table has it); None when there is none then, or no such table."""
+    from cdclake.lake.catalog import load_table
+
+    t = load_table(settings, table)
+    if t is None:
+        return None
+    if as_of.snapshot_id is not None:
+        return as_of.snapshot_id if t.snapshot_by_id(as_of.snapshot_id) is not None else None
+    assert as_of.timestamp_ms is not None
+    found = t.snapshot_as_of_timestamp(as_of.timestamp_ms)
+    return found.snapshot_id if found is not None else None

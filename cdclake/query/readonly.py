@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cdclake.lake.statements import QueryError
+from cdclake.query.statements import QueryError
 
 PARSED, ANALYZED = "== Parsed Logical Plan ==", "== Analyzed Logical Plan =="
 OPTIMIZED, PHYSICAL = "== Optimized Logical Plan ==", "== Physical Plan =="

@@ -23,7 +23,7 @@ Settings of Debezium's HTTP sink (``debezium-server-http`` 3.6.0.Final,
 
 The sink posts the record value only: the record key (the table's primary key) never reaches
 the receiver, so key columns come from configuration (``keys``, which ``cdclake debezium
---discover`` reads from the database: :mod:`cdclake.cli.debezium_discover`); they are also given to
+--discover`` reads from the database: :mod:`cdclake.debezium.discover`); they are also given to
 Debezium as ``message.key.columns`` for tables without a primary key, and :func:`key_toml`
 writes them as the ``[tables.<name>] key = [...]`` lines of CDCLAKE_TABLE_CONFIG, so the
 receiver keys rows the same way.
@@ -42,7 +42,7 @@ from typing import Literal
 
 from cdclake.config.tables import DEFAULT_KEY, MAX_KEY_COLUMNS
 from cdclake.contracts.events import RESERVED_SUFFIXES, SOURCE_PATTERN, TABLE_PATTERN
-from cdclake.contracts.source_types import MODES
+from cdclake.debezium.source_types import MODES
 
 __all__ = ["ConfigError", "Database", "Sink", "key_toml", "lake_table", "properties", "render"]
 
@@ -355,7 +355,7 @@ def properties(
         "quarkus.http.host": "127.0.0.1",
         "quarkus.log.console.json": "false",
     }
-    # The modes that keep every value exact (the source type table: cdclake.contracts.source_types).
+    # The modes that keep every value exact (the source type table: cdclake.debezium.source_types).
     p |= {f"debezium.source.{m.setting}": m.value for m in MODES}
     if keys:
         p["debezium.source.message.key.columns"] = _keys(keys)
@@ -363,7 +363,7 @@ def properties(
         # Without the Connect schema a value must say what it is: decimals as exact text (not
         # base64 of an unscaled integer whose scale only the schema gives) and times as ISO
         # text in UTC (not a count of ms, µs or ns depending on the column's precision). The
-        # receiver converts these forms by the table's configured types (cdclake.contracts.debezium_text).
+        # receiver converts these forms by the table's configured types (cdclake.debezium.text).
         # BIGINT UNSIGNED (a Connect Decimal under bigint.unsigned.handling.mode=precise) as a
         # JSON number, exact, rather than base64 of an unscaled integer.
         p["debezium.source.time.precision.mode"] = "isostring"

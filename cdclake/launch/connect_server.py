@@ -1,8 +1,8 @@
-"""``python -m cdclake.orchestration.connect_server [--role apply|query] [--host H] [--port P]``: run
+"""``python -m cdclake.launch.connect_server [--role apply|query] [--host H] [--port P]``: run
 a Spark Connect server in the foreground (a container's main process; the embedded stack starts
 the same commands itself). ``apply`` (the default): the server the DAGs' jobs use, host and port
 from ``CDCLAKE_SPARK_CONNECT_URL``. ``query``: the query API's own server
-(cdclake.lake.queryserver: no catalog login, ``nice``), from ``CDCLAKE_QUERY_SPARK_CONNECT_URL``.
+(cdclake.query.server: no catalog login, ``nice``), from ``CDCLAKE_QUERY_SPARK_CONNECT_URL``.
 
 The apply server requires CDCLAKE_SPARK_CONNECT_TOKEN from every client, the query server
 CDCLAKE_QUERY_SPARK_CONNECT_TOKEN (given to it in its environment, not its arguments); beyond
@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from cdclake.config.settings import load
-from cdclake.lake.queryserver import DEFAULT_PORT, lower_priority, query_server_command, query_server_environ
 from cdclake.lake.spark import connect_server_command, connect_server_env
+from cdclake.query.server import DEFAULT_PORT, lower_priority, query_server_command, query_server_environ
 from cdclake.service.exposure import connect_refusal, query_connect_refusal
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = load()
     p = argparse.ArgumentParser(
-        prog="python -m cdclake.orchestration.connect_server", description=(__doc__ or "").splitlines()[0]
+        prog="python -m cdclake.launch.connect_server", description=(__doc__ or "").splitlines()[0]
     )
     p.add_argument("--role", choices=("apply", "query"), default="apply", help="which server (default: apply)")
     p.add_argument("--host", help="address to listen on (default: the role's URL's host)")

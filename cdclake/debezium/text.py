@@ -8,7 +8,7 @@ value self-describing text: ``decimal.handling.mode=string`` (``"12.50"``) and
 in UTC, times ``13:14:15.123456Z``). A value in another mode is ambiguous without the schema
 (base64 of what scale? milliseconds or microseconds?), so it is never guessed at: it goes on as
 text naming the mode to set, which its column refuses, and the apply quarantines the event.
-(With a schema: :mod:`cdclake.contracts.debezium_types`.)"""
+(With a schema: :mod:`cdclake.debezium.connect_types`.)"""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-from cdclake.contracts.debezium_time import Convert, days
-from cdclake.contracts.debezium_types import (
+from cdclake.contracts.coltypes import Companion
+from cdclake.debezium.connect_types import (
     array_converter,
     companion_types,
     convert_image,
@@ -26,7 +26,7 @@ from cdclake.contracts.debezium_types import (
     text_decimal,
     unfit,
 )
-from cdclake.contracts.source_types import Companion
+from cdclake.debezium.temporal import Convert, days
 
 _MODES = {
     "decimal": "send decimals as text: decimal.handling.mode=string",

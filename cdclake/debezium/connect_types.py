@@ -33,8 +33,8 @@ parameters name the source type: ``NUMERIC``/``DECIMAL`` of that length and scal
 ``decimal(P,S)`` (P > 38: string; PostgreSQL's unconstrained numeric, length 0: decimal(38,18)),
 ``MONEY`` decimal(38,2). A valid value a column type cannot hold exactly (NaN, more digits, a
 date outside years 1..9999, nanoseconds) is never rounded and never quarantined: it converts to a
-:class:`~cdclake.contracts.source_types.Companion`, the cell NULL and the exact text in
-``<column>__text`` (the whole table: :mod:`cdclake.contracts.source_types`). Debezium's
+:class:`~cdclake.contracts.coltypes.Companion`, the cell NULL and the exact text in
+``<column>__text`` (the whole table: :mod:`cdclake.debezium.source_types`). Debezium's
 ``__debezium_unavailable_value`` placeholder passes through untouched.
 """
 
@@ -48,10 +48,9 @@ from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Any
 
-from cdclake.contracts.coltypes import MAX_PRECISION
-from cdclake.contracts.debezium_time import Convert, days, instant, time_micros, zoned
+from cdclake.contracts.coltypes import MAX_PRECISION, Companion, companion
 from cdclake.contracts.events import UNAVAILABLE
-from cdclake.contracts.source_types import Companion, companion
+from cdclake.debezium.temporal import Convert, days, instant, time_micros, zoned
 
 VARIABLE_SCALE = (38, 18)
 IMAGES = ("before", "after")  # the envelope's row images
@@ -298,7 +297,7 @@ def array_converter(element: Convert) -> Convert:
 def convert_image(image: dict[str, Any], converts: Iterable[tuple[str, Convert]]) -> dict[str, Any]:
     """``image`` with the values of ``converts``' columns converted (a copy; placeholders for
     unavailable values kept); a value its type cannot hold exactly becomes NULL with its text in
-    the column's :func:`~cdclake.contracts.source_types.companion`."""
+    the column's :func:`~cdclake.contracts.coltypes.companion`."""
     out = dict(image)
     for name, convert in converts:
         v = out.get(name)

@@ -13,7 +13,7 @@ the autogroup the same niceness, or ``nice`` alone would change nothing (measure
 Its JVM is given the Iceberg runtime and AWS bundle jars, Iceberg's SQL extensions and, for an S3
 warehouse, the S3FileIO properties a query session's REST catalog reads data files with; no
 JDBC catalog, no catalog database login, no Hadoop S3A. Each query session makes its catalog
-itself, the REST one with the client's read-only token (cdclake.lake.querysession): the apply's
+itself, the REST one with the client's read-only token (cdclake.query.session): the apply's
 writing catalog is not in this JVM to be reached. It runs in local mode whatever
 CDCLAKE_SPARK_MASTER says: its driver runs its tasks, so its niceness covers every query task
 (executors on a cluster's workers would run at the workers' priority, and a standalone master
@@ -61,7 +61,7 @@ def query_server_settings(settings: Settings) -> Settings:
 
 def query_server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     """The query server's Spark settings: no catalog, the FileIO properties its sessions' REST
-    catalog inherits (cdclake.lake.querysession.confine keeps them), the scheduler's pools (FAIR
+    catalog inherits (cdclake.query.session.confine keeps them), the scheduler's pools (FAIR
     between statements, all in the queries' pool)."""
     q = query_server_settings(settings)
     jars = [j for j in jar_paths(q) if Path(j).name.startswith(QUERY_JARS)]

@@ -1,6 +1,6 @@
 """Where a Debezium event came from, read from its ``source`` and ``transaction`` blocks: its
 position in the source's log (the event's ``order``) and its metadata; and the JSON-path checks
-every part of :mod:`cdclake.contracts.debezium` shares. The rules are in that module's docstring.
+every part of :mod:`cdclake.debezium.envelope` shares. The rules are in that module's docstring.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Which tables a statement touches, from Spark's analyzed plan (``EXPLAIN EXTENDED``), for the
-query engine's read rights (:mod:`cdclake.lake.queries`).
+query engine's read rights (:mod:`cdclake.query.queries`).
 
 The physical plan is not enough: the optimizer removes reads it can answer without them
 (``WHERE false``, ``LIMIT 0``, an aggregate from manifests), and the answer still carries the

@@ -101,8 +101,8 @@ def run_on_connect(
 ) -> dict[str, Any]:
     """:func:`run_job` in a session on the Connect server; losing the server is a RuntimeError
     that names it and where to look, for the task log."""
-    from cdclake.lake.queries import error_line
     from cdclake.lake.spark import connect_failed, connect_session, connect_token
+    from cdclake.query.queries import error_line
 
     url = settings.spark_connect_url
     try:

@@ -69,11 +69,11 @@ Types
     With a schema, each top-level column's Connect type gives the event's ``columnTypes`` and
     its value is rewritten into the form Spark parses into that type (decimals from base64 to
     exact text, days to dates, epoch micros to ISO timestamps...): the table of
-    :mod:`cdclake.contracts.debezium_types`. The row key is read from the values as sent, so a row keeps
+    :mod:`cdclake.debezium.connect_types`. The row key is read from the values as sent, so a row keeps
     its key whether or not the connector sends schemas. Without a schema, the table's configured
     types (``column_types``, from ``types`` in CDCLAKE_TABLE_CONFIG) are declared and its values
     converted from the text forms of the recommended source modes
-    (:mod:`cdclake.contracts.debezium_text`); with neither, nothing is declared and the apply infers
+    (:mod:`cdclake.debezium.text`); with neither, nothing is declared and the apply infers
     types from the JSON values. A field's non-null ``default``, converted the
     same way, goes in the event's ``columnDefaults`` (rows that predate a column added with a
     default get it: :mod:`spark_jobs.backfill`).
@@ -105,9 +105,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdclake.contracts import debezium_text, debezium_types, events, names
-from cdclake.contracts.debezium_source import MAX_LONG, hash_encoder, json_ok, kind, long_at, metadata, position, sub
+from cdclake.contracts import events, names
 from cdclake.contracts.events import CDCEvent, InvalidBatch, Operation
+from cdclake.debezium import connect_types as debezium_types
+from cdclake.debezium import text as debezium_text
+from cdclake.debezium.source import MAX_LONG, hash_encoder, json_ok, kind, long_at, metadata, position, sub
 
 __all__ = [
     "DEFAULT_KEY_COLUMNS",
@@ -385,7 +387,7 @@ def _truncate(payload: Mapping[str, Any], ppath: str, source: dict[str, Any], sp
 def _apply_schema(
     schema: Any, images: Images, plans: debezium_types.SchemaPlans
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """Type the images in place by the envelope's Connect schema (:mod:`cdclake.contracts.debezium_types`);
+    """Type the images in place by the envelope's Connect schema (:mod:`cdclake.debezium.connect_types`);
     the declared column types and defaults (empty without a schema)."""
     types: dict[str, str] = {}
     defaults: dict[str, Any] = {}

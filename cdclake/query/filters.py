@@ -1,5 +1,5 @@
 """Iceberg's pushed filters, as Spark's plan prints them (``IcebergScan(... filters=...)``), read
-back into pyiceberg expressions, for the query API's plan (:mod:`cdclake.lake.plans`).
+back into pyiceberg expressions, for the query API's plan (:mod:`cdclake.query.plans`).
 
 Iceberg writes them with ``Spark3Util.describe``: the pushed expressions joined by ``", "``;
 ``NOT (x)``, ``(x AND y)``, ``(x OR y)``, ``true``/``false``; a predicate is ``<term> IS NULL``,

@@ -5,7 +5,7 @@ Airflow does not authenticate a plugin's FastAPI app (it is mounted, and a mount
 the core API's dependencies), so every route here depends on Airflow's own ``get_user`` (the
 ``Authorization: Bearer`` JWT or the UI's ``_token`` cookie; anonymous: 401), and an action also on
 ``requires_access_dag("POST", RUN, <its DAG>)`` (403 for a user who may not trigger it), on proof
-that the request is not another site's (:mod:`cdclake.orchestration.same_origin`; 403), and on
+that the request is not another site's (:mod:`cdclake.lakehouse.same_origin`; 403), and on
 the table existing (404 naming it; no run is made). An action then creates the run through
 Airflow's REST API *with the caller's own token*, so the run is the user's, checked again by
 Airflow, exactly as if triggered from the DAG page.
@@ -29,10 +29,10 @@ from pydantic import BaseModel, Field
 
 from cdclake.config.maintenance import MIN_INPUT_FILES
 from cdclake.config.settings import Settings
-from cdclake.orchestration import same_origin
+from cdclake.lakehouse import same_origin
 
 if TYPE_CHECKING:
-    from cdclake.lake.status import TableStatus
+    from cdclake.lakehouse.status import TableStatus
 
 APPLY_DAG, COMPACTION_DAG, EXPIRE_DAG = "cdc_apply", "iceberg_compaction", "iceberg_expire"
 DEFAULT_MIN_FILES = MIN_INPUT_FILES  # iceberg_compaction's min_input_files default
@@ -117,7 +117,7 @@ def _read_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
 
     @app.get("/", response_class=HTMLResponse, dependencies=may_read)
     def page() -> HTMLResponse:
-        from cdclake.orchestration.lakehouse_page import render
+        from cdclake.lakehouse.page import render
 
         statuses, error, now_ms = _statuses(settings_of())
         return HTMLResponse(render(statuses, error, now_ms))
@@ -228,7 +228,7 @@ def _statuses(settings: Settings) -> tuple[list[TableStatus], str | None, int]:
     """Every table's status, or the reason the catalog or staging could not be read, and the time
     they were read at: the staging store's, the clock that named the pending objects and that
     cdc_freshness judges by (a host whose clock is off would show other waits)."""
-    from cdclake.lake.status import lake_status
+    from cdclake.lakehouse.status import lake_status
     from cdclake.staging import stores
     from cdclake.staging.clock import StoreClock
 

@@ -11,10 +11,10 @@ needs it; NULL in every row whose value fits, and cleared again when an update b
 fits). The quarantine is for values that are wrong (a producer sending ``"abc"`` for an int),
 never for a valid value the lake cannot type.
 
-:mod:`cdclake.cli.debezium_config` writes :data:`MODES` into every generated configuration;
-:mod:`cdclake.contracts.debezium_types` (with the Connect schema) and
-:mod:`cdclake.contracts.debezium_text` (without it, types from ``cdclake debezium --discover``:
-:mod:`cdclake.cli.debezium_discover`) do the conversions; docs/debezium.md's type table is
+:mod:`cdclake.debezium.config` writes :data:`MODES` into every generated configuration;
+:mod:`cdclake.debezium.connect_types` (with the Connect schema) and
+:mod:`cdclake.debezium.text` (without it, types from ``cdclake debezium --discover``:
+:mod:`cdclake.debezium.discover`) do the conversions; docs/debezium.md's type table is
 :func:`markdown` (a test compares the two).
 """
 
@@ -22,21 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMPANION_SUFFIX = "__text"
-"""The suffix of a column's exact-text companion (``amount`` -> ``amount__text``)."""
-
-
-def companion(column: str) -> str:
-    """The companion column holding ``column``'s exact source text where its type cannot."""
-    return column + COMPANION_SUFFIX
-
-
-@dataclass(frozen=True)
-class Companion:
-    """A converter's answer for a valid value its column's type cannot hold exactly: the typed
-    cell is NULL and ``text`` (the exact source text) goes to :func:`companion` of the column."""
-
-    text: str
+from cdclake.contracts.coltypes import COMPANION_SUFFIX
 
 
 @dataclass(frozen=True)

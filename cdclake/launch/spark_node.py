@@ -1,4 +1,4 @@
-"""``python -m cdclake.orchestration.spark_node master|worker ...``: a Spark standalone master or worker from the
+"""``python -m cdclake.launch.spark_node master|worker ...``: a Spark standalone master or worker from the
 pip-installed Spark, in the foreground (a container's main process, or a test's child).
 
 The pyspark wheel ships ``spark-class`` but not ``sbin/start-master.sh``; ``spark-class`` needs
@@ -56,9 +56,7 @@ def worker_command(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m cdclake.orchestration.spark_node", description=(__doc__ or "").splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m cdclake.launch.spark_node", description=(__doc__ or "").splitlines()[0])
     sub = p.add_subparsers(dest="role", required=True)
     m = sub.add_parser("master", help="a standalone master")
     m.add_argument("--host", default="127.0.0.1")

@@ -1,8 +1,8 @@
 """Debezium's dates, timestamps and times as the values Spark's JSON reader parses into their
-columns (:mod:`cdclake.contracts.debezium_types` picks the converter by the Connect schema).
+columns (:mod:`cdclake.debezium.connect_types` picks the converter by the Connect schema).
 
 A value outside what the column holds (a date outside years 1..9999, a timestamp with
-nanoseconds, PostgreSQL's ``infinity``) is a :class:`~cdclake.contracts.source_types.Companion`
+nanoseconds, PostgreSQL's ``infinity``) is a :class:`~cdclake.contracts.coltypes.Companion`
 of its exact text as PostgreSQL writes it, never a rounded or wrapped value.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from cdclake.contracts.coltypes import Companion
 from cdclake.contracts.events import UNAVAILABLE
-from cdclake.contracts.source_types import Companion
 
 Convert = Callable[[Any], Any]
 _EPOCH_DAY = date(1970, 1, 1)

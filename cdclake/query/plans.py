@@ -1,11 +1,11 @@
 """The query API's plan (``POST /v1/query/plan``): Spark's plan of a statement as it would run,
 and for each Iceberg table it scans the data files that Iceberg's pruning keeps.
 
-The statement goes through the same checks as one that runs (:mod:`cdclake.lake.queries`: one
+The statement goes through the same checks as one that runs (:mod:`cdclake.query.queries`: one
 query, ``asOf``, what the plan reads, the client's rights) and is not run. Spark Connect does not
 show the files Iceberg plans, so they are planned again with pyiceberg on the snapshot the plan
 reads, with the filters Spark pushed to Iceberg read back from the plan's text
-(:mod:`cdclake.lake.filters`). When that text cannot be read back safely, every data file of the
+(:mod:`cdclake.query.filters`). When that text cannot be read back safely, every data file of the
 snapshot is listed and the answer says why: the listing may hold more files than Iceberg reads
 (runtime filters, say), never fewer.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cdclake.lake import filters, limits, queries
+from cdclake.query import filters, limits, queries
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -104,7 +104,7 @@ def _int(text: str) -> int | None:
 
 def plan(spark: SparkSession, query: queries.Query, lake: queries.Lake, load: Callable[[str], Table | None]) -> Planned:
     """The plan of ``query`` and the files each Iceberg scan keeps; Refused/Forbidden as
-    :func:`cdclake.lake.queries.run` would be, TimedOut past ``query.timeout_s``. ``load``:
+    :func:`cdclake.query.queries.run` would be, TimedOut past ``query.timeout_s``. ``load``:
     the lake's table of that name (pyiceberg). The session is left as it was found."""
     deadline = time.monotonic() + query.timeout_s
     with limits.deadline(spark, query.timeout_s, query.cancel):
@@ -126,8 +126,8 @@ def _in_time(deadline: float, timeout_s: float) -> None:
 
 
 def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> tuple[str, queries.Lake]:
-    """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.lake.queries.run` would run it
-    (once :func:`cdclake.lake.queries.explained` has found it a read-only query the client may
+    """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.query.queries.run` would run it
+    (once :func:`cdclake.query.queries.explained` has found it a read-only query the client may
     run), and the lake to check its scans with."""
     args: Any = query.params
     with queries.explained(spark, query, lake) as (statement, _, checked):

@@ -1,4 +1,4 @@
-"""The Lakehouse page: one HTML table of :class:`cdclake.lake.status.TableStatus`, rendered on the
+"""The Lakehouse page: one HTML table of :class:`cdclake.lakehouse.status.TableStatus`, rendered on the
 server (every value escaped), with per-table buttons that POST JSON to the app's action routes and
 link to the run they created. Paths are relative: the page works under whatever prefix the
 api-server mounts it at, inside the Airflow UI's frame or on its own."""
@@ -11,8 +11,8 @@ from html import escape
 
 from cdclake.contracts.events import RESERVED_SUFFIXES
 from cdclake.contracts.watermark import EVENT_COUNTS
-from cdclake.lake.status import TableStatus
-from cdclake.orchestration.same_origin import HEADER as ACTION_HEADER
+from cdclake.lakehouse.same_origin import HEADER as ACTION_HEADER
+from cdclake.lakehouse.status import TableStatus
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1rem; color: #1a202c; }
@@ -27,7 +27,7 @@ SCRIPT = """
 async function act(button, path, body) {
   const out = button.closest('tr').querySelector('[data-role=run]');
   out.textContent = 'triggering...';
-  // The header is the page's proof of origin (cdclake/orchestration/same_origin.py).
+  // The header is the page's proof of origin (cdclake/lakehouse/same_origin.py).
   const r = await fetch(path, {method: 'POST', credentials: 'same-origin',
     headers: {'Content-Type': 'application/json', 'ACTION_HEADER': '1'}, body: JSON.stringify(body)});
   const answer = await r.json().catch(() => ({}));
