@@ -27,7 +27,7 @@ def main() -> None:
     if problem := receiver_refusal(settings):
         sys.exit(problem)
     app = create_app(settings)
-    # A decoded 10,000-event batch is ~200k objects: at the default thresholds the collector
+    # A decoded batch is many objects per event: at the default thresholds the collector
     # rescans every live batch many times per request (docs/benchmarks.md, "The receiver's garbage
     # collector"). Batches hold no cycles, so collect far less often.
     gc.set_threshold(100_000, 50, 100)

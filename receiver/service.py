@@ -105,7 +105,7 @@ class Service(Admission):
         self.in_flight_events = 0
         self.idle = threading.Event()
         self.idle.set()
-        # Decoded batches are ~10x their body in memory: bound how many exist at once. More
+        # Decoded batches are many times their body in memory: bound how many exist at once. More
         # landings in parallel would not be faster (one GIL), only bigger.
         self.landing_slots = anyio.CapacityLimiter(LANDING_SLOTS)
 

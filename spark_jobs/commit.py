@@ -107,7 +107,7 @@ def commit_table(
 
 def current_snapshot_id(settings: Settings, ident: str) -> int | None:
     # pyiceberg reads the catalog row and metadata file in milliseconds; the same question through
-    # Spark SQL (``<table>.history``) is a planned query, ~0.3 s, asked twice per commit.
+    # Spark SQL (``<table>.history``) is a planned query, asked twice per commit.
     t = load_table(settings, ident.rsplit(".", 1)[1])
     snap = t.current_snapshot() if t is not None else None
     return snap.snapshot_id if snap is not None else None

@@ -139,8 +139,9 @@ NARROW_SHARE = 4
 def narrow_join(events: int, table_rows: int) -> bool:
     """Whether :func:`classify` broadcasts the batch's keys (``events`` distinct events) to read
     only their rows of the table (``table_rows``), or shuffles the table's keys to join them.
-    Measured (``make bench``, 1.1M events): against a 1M-row table the broadcast cost 2.5 s more
-    than the shuffle; against 10M rows it is the shuffle that would grow with the table."""
+    Measured with ``make bench`` (docs/benchmarks.md, "Apply": the earlier rounds and the growth
+    with table size): against a table no bigger than the batch the broadcast cost more than the
+    shuffle; against one ten times bigger it is the shuffle that would grow with the table."""
     return events * NARROW_SHARE < table_rows
 
 
@@ -170,7 +171,8 @@ def decide(run: Run, valid: DataFrame, narrow: bool = True) -> DataFrame:
     # Checkpointed, not just cached: the MERGE must not plan a source that reads its own target
     # (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes before
     # the MERGE runs. Kept serialized (PySpark's MEMORY_AND_DISK): the default keeps a Java object
-    # per row; at 1.1M events the stage's GC fell from 1.2 to 0.6 task-seconds (docs/benchmarks.md, "Apply").
+    # per row, and its stage spent more time in GC (docs/benchmarks.md, "Apply"; the apply as a
+    # whole moved within noise).
     return rows.unionByName(truncates).localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
 
 
@@ -252,7 +254,7 @@ def classify(
         tomb_rows = with_order(tombstones).join(keys, KEY, "left_semi")
     else:
         # The batch is no small part of the table: shuffling the table's keys costs less than
-        # collecting and broadcasting the batch's (1M keys: 88 MiB, twice; 2.5 s of 7.3 s).
+        # collecting and broadcasting the batch's, twice (docs/benchmarks.md, "Apply", earlier rounds).
         cur_rows, tomb_rows = with_order(current), with_order(tombstones)
     cur = cur_rows.select(F.col(KEY), F.expr(ordering()).alias("_row"))
     # A key deleted in several runs has a tombstone per delete (appended): the newest counts.

@@ -60,7 +60,7 @@ class Pending:
 def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
     store = stores.open_store(settings)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
-    # costs ~3 s of planning on a fresh JVM.
+    # costs seconds of planning on a fresh JVM (docs/benchmarks.md, "A JVM per task").
     found, rows = table_state(settings, table)
     wm_main = found or Watermark()
     # The store's clock, which named the objects, not this host's (see cdclake.staging.clock).

@@ -141,7 +141,7 @@ means lake.cdc.orders; with --catalog rest the REST catalog server (`cdclake res
 http://CDCLAKE_REST_HOST:CDCLAKE_REST_PORT) is attached as catalog `rest` and `orders` means
 rest.cdc.orders (CDCLAKE_REST_CREDENTIAL=<id>:<secret> when the server has a tokens file).
 Spark: the Spark Connect server at CDCLAKE_SPARK_CONNECT_URL when one answers (`cdclake up`
-runs one), else Spark in this process (~10 s to start).
+runs one), else Spark in this process (a JVM start: seconds).
 
 --as-of SNAPSHOT_ID|TIME reads every table of a query (SELECT, WITH) as of then, as the query
 API's asOf: VERSION AS OF / TIMESTAMP AS OF after fully qualified names (lake.cdc.orders), a

@@ -195,7 +195,7 @@ def query_session(
 
     ``spark`` given: used as is (and its current namespace restored at the end). Else the Spark
     Connect server at ``settings.spark_connect_url`` when one answers (a session costs ms), else
-    a Spark in this process (~10 s to start). ``catalog="rest"`` attaches the REST catalog server
+    a Spark in this process (a JVM start: seconds). ``catalog="rest"`` attaches the REST catalog server
     as Spark catalog ``rest`` (``spark.conf.set`` at runtime: catalogs load on first use).
     """
     if catalog not in CATALOGS:
@@ -248,7 +248,7 @@ def _open_spark(settings: Settings, say: Callable[[str], None]) -> tuple[Any, st
                     remote.stop()
             say(f"Spark Connect at {url} did not answer ({error_line(exc)}); starting Spark in this process")
     else:
-        say(f"no Spark Connect server at {url or '(CDCLAKE_SPARK_CONNECT_URL empty)'}; starting Spark (~10 s)")
+        say(f"no Spark Connect server at {url or '(CDCLAKE_SPARK_CONNECT_URL empty)'}; starting Spark in this process (a JVM start: seconds)")
     from cdclake.lake.spark import session
 
     t0 = time.monotonic()

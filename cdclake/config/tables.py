@@ -38,7 +38,8 @@ several make a composite spec. Errors name the file and the key.
 of the table. A v3 table keeps its merge-on-read deletes as deletion vectors;
 setting 3 for an existing v2 table upgrades it at its next apply (new deletes are deletion
 vectors, which take in the old position deletes of the data files they cover). A table is never
-downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py`` (docs/benchmarks.md).
+downgraded: 2 for a v3 table is left as it is. Measured against v2 by ``tests/bench/deletes.py``
+(docs/benchmarks.md, "Deletion vectors").
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from cdclake.config.settings import Settings, SettingsError
 from cdclake.contracts import coltypes
 
 MERGE_MODES = ("copy-on-write", "merge-on-read")
-# Measured (tests/bench/apply.py, 1M events over 300k random keys into a 1M-row table): random keys
+# Measured by tests/bench/apply.py (docs/benchmarks.md, "Copy-on-write vs merge-on-read"): random keys
 # touch every data file, so copy-on-write rewrites the whole table on every apply, while
 # merge-on-read writes the changed rows plus position deletes. Compaction folds the deletes back.
 DEFAULT_MERGE_MODE = "merge-on-read"

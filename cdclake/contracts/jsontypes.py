@@ -1,7 +1,7 @@
 """The types Spark's JSON inference gives a staged object's lines, computed at landing.
 
 The apply reads a run's staging objects with an explicit schema. Without one it needs a whole
-pass over the objects first (Spark's JSON inference, ~2 s per 1M events): so the receiver,
+pass over the objects first (Spark's JSON inference; its cost: docs/benchmarks.md, "Apply"): so the receiver,
 which has every event decoded anyway, records per object the types that pass would find
 (in the batch's receipt, :class:`cdclake.staging.Receipt`), and the apply merges the records of
 its objects instead (:func:`merge` then :func:`canonical`, then :func:`spark_json`). Only the

@@ -64,10 +64,11 @@ DEFAULT_HTTP_PORT = 8089
 # request being the bucket's, not the sink's nor the receiver's (the figures: docs/benchmarks.md,
 # "Debezium Server's HTTP sink" and "Debezium sink requests"). 1024 is half of a full poll (the connector's
 # max.batch.size, 2048), so a poll goes in two equal requests, no short tail request costing a
-# token; 100,000 changes are 98 requests, within what the bucket allows in the ~8 s they take.
+# token; 100,000 changes are 98 requests, within what the bucket allows at the pace the sink
+# posts them (docs/benchmarks.md, "Debezium Server's HTTP sink").
 # The price is the largest row: a request must stay under CDCLAKE_MAX_DEBEZIUM_BODY_BYTES (32 MiB),
-# which the sink cannot split (it stops on a 413), so rows up to ~30 KiB with the schema
-# (--batch-max-size 200 for wider rows: ~160 KiB).
+# which the sink cannot split (it stops on a 413), so rows under 32 MiB / 1024 = 32 KiB, the
+# schema included (--batch-max-size 200 for wider rows: 32 MiB / 200, about 160 KiB).
 BATCH_MAX_SIZE = 1024
 # Retries: the sink (3.6.0.Final, HttpChangeConsumer) treats every non-2xx answer and every I/O
 # error (connection refused, timeout) alike: it sleeps retry.interval.ms, a fixed pause that

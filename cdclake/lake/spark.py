@@ -130,7 +130,7 @@ def on_cluster(settings: Settings) -> bool:
 def jar_conf(settings: Settings) -> dict[str, str]:
     """How the jars reach driver and executors. Local mode and ``spark_ship_jars``: Spark ships
     them (``spark.jars``). On a cluster whose workers have CDCLAKE_JARS_DIR (the project image, one
-    machine): the class path by path, so no executor copies ~130 MB per application."""
+    machine): the class path by path, so no executor copies the jars per application."""
     jars = jar_paths(settings)
     if on_cluster(settings) and not settings.spark_ship_jars:
         cp = ":".join(jars)
@@ -169,13 +169,13 @@ def driver_conf(settings: Settings) -> dict[str, str]:
         # Micro-batches are small: 200 shuffle partitions would mean 200 tiny tasks per stage.
         "spark.sql.shuffle.partitions": "4",
         # A run reads its staging objects by name; past 32 names Spark lists them in a job of one
-        # task per name (300 objects: 3.6 s of a 8.5 s apply). Eight tasks list them in 0.85 s.
+        # task per name, most of a many-object apply's read (docs/benchmarks.md, "Micro-batch").
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
-        # One apply compiles ~70 generated classes; Spark's cache of them holds 100, so a second
-        # apply (or another table's) found none and compiled them all again. Static: read at start.
+        # An apply compiles nearly as many generated classes as Spark's cache holds (100), so the next
+        # found none and compiled them all again (docs/benchmarks.md, "Micro-batch"). Static: read at start.
         "spark.sql.codegen.cache.maxEntries": "2000",
         # The apply caches its fitted events for the run only: compressing the cache cost more
-        # than it saved (1.1M events: fit 6.3 s -> 4.9 s uncompressed, same peak RSS).
+        # than it saved (the fit phase of a bulk apply; docs/benchmarks.md, "Apply", earlier rounds).
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -261,9 +261,9 @@ def session(settings: Settings, app_name: str = "cdclake") -> SparkSession:
 
 def connect_server_command(settings: Settings, host: str = "127.0.0.1", port: int = 15002) -> list[str]:
     """``spark-submit`` of the Spark Connect server: one long-lived driver JVM with the catalog
-    and jars, so a job pays a session (milliseconds) instead of a JVM start (~10 s here). Start
-    it with :func:`connect_server_env` added to its environment (the token). The query API's own
-    server is :func:`cdclake.query.server.query_server_command`."""
+    and jars, so a job pays a session (milliseconds), not a JVM start (seconds: docs/benchmarks.md,
+    "A JVM per task"). Start it with :func:`connect_server_env` added to its environment (the
+    token). The query API's own server is :func:`cdclake.query.server.query_server_command`."""
     conf = {**jar_conf(settings), **job_conf(settings), **scheduler_conf(settings)}
     return server_command(settings, "cdclake-spark-connect", {**conf, **connect_conf(settings, host, port)})
 

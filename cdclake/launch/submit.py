@@ -8,7 +8,8 @@ Two ways, chosen by ``CDCLAKE_SPARK_CONNECT_URL``:
   server's. (Not ``@task.pyspark``: through its Airflow connection pyspark sends a token over TLS
   only, which the Connect server does not speak.)
 * empty: ``spark-submit`` per task (Airflow connection ``spark_default``), a fresh driver JVM each
-  time (~10 s of start-up on a small machine), which needs no server.
+  time (seconds of start-up before the job's first step: docs/benchmarks.md, "A JVM per task"),
+  which needs no server.
 
 The plan task and the operator must agree, and both read the same setting. The mapped kwargs are
 stored in Airflow's database (XCom) and shown in its UI: they never hold a credential.
@@ -91,7 +92,8 @@ def run_job(spark: SparkSession, module: str, argv: Sequence[str]) -> dict[str, 
 
 
 CONNECT_RETRY = {"max_retries": 8, "initial_backoff": 50, "backoff_multiplier": 4.0, "max_backoff": 10_000}
-"""A task's wait for a Spark Connect server out of reach: ~45 s (pyspark's default: 10 minutes).
+"""A task's wait for a Spark Connect server out of reach: about 45 s, the sum of the backoffs above
+(50 ms, four times longer each retry, at most 10 s; pyspark's default: 10 minutes).
 A server that restarted has lost the task's session anyway; the task fails and says why, and the
 next run applies what this one did not."""
 

@@ -47,10 +47,10 @@ def table_groups(weights: Mapping[str, int], max_groups: int) -> list[list[str]]
 def apply_task_count(settings: Settings) -> int:
     """How many apply tasks a ``cdc_apply`` run maps (CDCLAKE_APPLY_TASKS, 0: by the Spark master).
 
-    On ``local[N]``, N // 2 (at least 1): one small apply alone keeps ~1.6 cores busy (driver
-    planning and commits, its stages, the JIT compiling what they generate), so two at once on
-    two cores only share them, and every event waits for the slower passes (measured with
-    ``make bench-freshness``: docs/benchmarks.md, "Apply tasks per run"). A cluster's cores are
+    On ``local[N]``, N // 2 (at least 1): one small apply alone keeps most of two cores busy
+    (driver planning and commits, its stages, the JIT compiling what they generate), so two at
+    once on two cores only share them, and every event waits for the slower passes (measured with
+    ``make bench-freshness``: docs/benchmarks.md, "Freshness" and "Apply tasks per run"). A cluster's cores are
     not known here: as many tasks as CDCLAKE_MAX_MAPPED_TASKS allows."""
     if settings.apply_tasks:
         return min(settings.apply_tasks, settings.max_mapped_tasks)

@@ -8,7 +8,7 @@ wants a core, the kernel gives it that core and the query tasks get what is left
 session of its own (the embedded stack starts every component so), it is also its own
 *autogroup* when the kernel groups by session (``/proc/sys/kernel/sched_autogroup_enabled``),
 and a nice value only weighs against threads of the same autogroup: :func:`lower_priority` gives
-the autogroup the same niceness, or ``nice`` alone would change nothing (measured here).
+the autogroup the same niceness, or ``nice`` alone would change nothing (docs/benchmarks.md, "Apply under query load").
 
 Its JVM is given the Iceberg runtime and AWS bundle jars, Iceberg's SQL extensions and, for an S3
 warehouse, the S3FileIO properties a query session's REST catalog reads data files with; no

@@ -33,10 +33,11 @@ if TYPE_CHECKING:
     from cdclake.config.settings import Settings
 
 # An outage must surface quickly: the receiver then lands batches in its local spool instead of
-# holding producers. With these values a call to a stopped server (connection refused) fails in
-# ~0.1 s. A server that accepts connections but never answers costs each attempt the read
-# timeout, plus ~1 s for a PUT (botocore waits that long for "100 Continue" before sending the
-# body): ~18 s for a put, ~15 s for other calls (measured against SeaweedFS, SIGSTOPped).
+# holding producers. With these values a call to a stopped server (connection refused) fails at
+# once. A server that accepts connections but never answers costs each attempt the read
+# timeout, plus a second for a PUT (botocore waits that long for "100 Continue" before sending the
+# body): MAX_ATTEMPTS x (READ_TIMEOUT_S + 1) for a put, MAX_ATTEMPTS x READ_TIMEOUT_S for other
+# calls (tried against a SIGSTOPped SeaweedFS).
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 5.0
 MAX_ATTEMPTS = 3
