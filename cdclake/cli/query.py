@@ -248,9 +248,7 @@ def _open_spark(settings: Settings, say: Callable[[str], None]) -> tuple[Any, st
                     remote.stop()
             say(f"Spark Connect at {url} did not answer ({error_line(exc)}); starting Spark in this process")
     else:
-        say(
-            f"no Spark Connect server at {url or '(CDCLAKE_SPARK_CONNECT_URL empty)'}; starting Spark in this process (a JVM start: seconds)"
-        )
+        say(f"no Spark Connect server at {url or '(CDCLAKE_SPARK_CONNECT_URL empty)'}; starting Spark in this process")
     from cdclake.lake.spark import session
 
     t0 = time.monotonic()

@@ -36,6 +36,36 @@ NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 TableName = Annotated[str, msgspec.Meta(pattern=TABLE_PATTERN)]
 SourceId = Annotated[str, msgspec.Meta(pattern=SOURCE_PATTERN)]
 RowId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ROW_ID_CHARS)]
+MAX_TRANSACTION_ID_CHARS = 256
+TransactionId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TRANSACTION_ID_CHARS)]
+Position = Annotated[str, msgspec.Meta(max_length=MAX_TRANSACTION_ID_CHARS)]
+
+
+class EventTransaction(msgspec.Struct, omit_defaults=True):
+    """The source transaction an event belongs to (Debezium's ``transaction`` block)."""
+
+    id: TransactionId
+    totalOrder: NonNegative | None = None
+    """The event's place among all events of its transaction (1-based)."""
+    tableOrder: NonNegative | None = None
+    """Its place among the transaction's events of its table (1-based)."""
+
+
+class TransactionMarker(msgspec.Struct, omit_defaults=True):
+    """A source transaction's BEGIN or END (Debezium's transaction metadata). A transaction is
+    whole once its END has landed and, for each table END names, that many of its events."""
+
+    id: TransactionId
+    status: Literal["BEGIN", "END"]
+    timestamp: NonNegative | None = None
+    """Unix time of the marker in milliseconds."""
+    eventCount: NonNegative | None = None
+    """END: the events of the whole transaction."""
+    tables: dict[TableName, NonNegative] | None = None
+    """END: the events of the transaction per table (table names as events carry them)."""
+    position: Position | None = None
+    """The source position the transaction is consistent at, as the source spells it (PostgreSQL
+    LSN, MariaDB/MySQL GTID or binlog file:position, a producer's own counter)."""
 
 
 class CDCEvent(msgspec.Struct, omit_defaults=True):
@@ -63,14 +93,22 @@ class CDCEvent(msgspec.Struct, omit_defaults=True):
     when the apply adds such a column, rows written before it existed get the default instead of
     NULL, as the source's ``ALTER TABLE ... ADD COLUMN ... DEFAULT`` gave them (Debezium's schema
     fills it)."""
+    transaction: EventTransaction | None = None
+    """The source transaction of the change, when the producer tracks them."""
 
 
-class Batch(msgspec.Struct):
+class Batch(msgspec.Struct, omit_defaults=True):
     """What a producer sends: its id, its per-producer batch sequence number, the events."""
 
     source: SourceId
     sequenceNumber: NonNegative
     events: Annotated[list[CDCEvent], msgspec.Meta(min_length=1, max_length=MAX_EVENTS_PER_BATCH)]
+    transactions: Annotated[list[TransactionMarker], msgspec.Meta(max_length=MAX_EVENTS_PER_BATCH)] | None = None
+    """BEGIN and END markers of source transactions, in source order (a Debezium post of only
+    markers is a batch without events)."""
+    transaction: TransactionId | None = None
+    """Shorthand for a producer whose batch is one whole source transaction: every event belongs
+    to it, and the batch is its END (:func:`whole_transaction`)."""
 
 
 class StagedEvent(msgspec.Struct, omit_defaults=True):
@@ -88,6 +126,20 @@ class StagedEvent(msgspec.Struct, omit_defaults=True):
     order: list[int] | None = None
     columnTypes: dict[str, str] | None = None
     columnDefaults: dict[str, Any] | None = None
+    transaction: EventTransaction | None = None
+
+
+class StagedMarker(msgspec.Struct, omit_defaults=True):
+    """One line of a batch's transaction-marker object (staging folder ``.transactions``)."""
+
+    source: str
+    batchSequence: int
+    id: str
+    status: Literal["BEGIN", "END"]
+    timestamp: int | None = None
+    eventCount: int | None = None
+    tables: dict[str, int] | None = None
+    position: str | None = None
 
 
 class InvalidBatch(ValueError):
