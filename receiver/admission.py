@@ -149,6 +149,16 @@ class Admission:
                     f"producer {producer.id!r} may not write table {ev.table!r}",
                     f"$.events[{i}].table",
                 )
+        for i, m in enumerate(batch.transactions or []):
+            # An END counts events of tables: naming one the token may not write is refused alike.
+            for table in m.tables or {}:
+                if not producer.may_write(table):
+                    return Rejected(
+                        403,
+                        "invalid_format",
+                        f"producer {producer.id!r} may not write table {table!r}",
+                        f"$.transactions[{i}].tables.{table}",
+                    )
         return None
 
     def checks(

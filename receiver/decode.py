@@ -238,16 +238,12 @@ def decode_debezium_obj(
                 {"maxSize": max_event},
             )
     try:
-        return Decoded(
-            debezium.to_batch(
-                obj,
-                producer=producer,
-                key_columns=tables.key_columns,
-                limits=limits,
-                column_types=tables.column_types,
-            ),
-            True,
+        batch = debezium.to_batch(
+            obj, producer=producer, key_columns=tables.key_columns, limits=limits, column_types=tables.column_types
         )
+        if batch.transactions:  # built in Python: msgspec's constraints were never checked
+            events.check_markers(batch.transactions)
+        return Decoded(batch, True)
     except debezium.OnlyTombstones:
         # Debezium sends a tombstone after each delete (for Kafka compaction); refusing a post of
         # only those would make its HTTP sink retry it forever.

@@ -7,7 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cdclake.contracts.events import Batch, check_number_lengths, stage_lines, stage_types
+from cdclake.contracts.events import Batch, check_number_lengths, stage_lines, stage_markers, stage_types
+from cdclake.staging.names import TRANSACTIONS
 
 Status = Literal["persisted", "duplicate", "fallback"]
 
@@ -20,6 +21,9 @@ class Prepared:
     sequence_number: int
     events: int
     objects: dict[str, bytes]
+    """Per table, its object's NDJSON; and under :data:`~cdclake.staging.names.TRANSACTIONS` the
+    batch's markers, so the claim, the receipt and the spool treat them as one more object: a
+    resend finds them landed like the events (and a batch of markers only lands just them)."""
     digest: str
     types: dict[str, Any] | None = None
     """Per table, its object's JSON types (:func:`cdclake.contracts.events.stage_types`), for the
@@ -33,12 +37,22 @@ class Prepared:
         processing time (``ts_ms``), and comparing content would refuse it forever."""
         objects = stage_lines(batch)
         check_number_lengths(batch, objects)
+        markers = stage_markers(batch)
+        if markers is not None:
+            objects[TRANSACTIONS] = markers
         if by_identity:
             ids = ",".join(str(e.sequence) for e in batch.events)
+            # Markers are identified by id and status (Debezium re-sends them with the same ones).
+            ids += "".join(f";{m.status}:{m.id}" for m in batch.transactions or [])
             digest = "ids:" + hashlib.sha256(ids.encode()).hexdigest()
         else:
             digest = content_digest(objects)
         return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest, stage_types(batch))
+
+    @property
+    def tables(self) -> list[str]:
+        """The tables the batch lands objects for (not its markers' folder), sorted."""
+        return sorted(t for t in self.objects if t != TRANSACTIONS)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,17 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from cdclake.contracts import names
-from cdclake.contracts.events import CDCEvent, InvalidBatch, NonNegative, SourceId, check_events, typed_decode
+from cdclake.contracts.events import (
+    Batch,
+    CDCEvent,
+    InvalidBatch,
+    NonNegative,
+    SourceId,
+    TransactionId,
+    TransactionMarker,
+    check_batch,
+    typed_decode,
+)
 from cdclake.contracts.protocol import (
     ACK_STATUSES,
     NACK_REASONS,
@@ -101,6 +111,10 @@ class CDCBatchMessage(msgspec.Struct, tag="cdc_batch", tag_field="type"):
     sizeBytes: Capped | None = None
     isRetry: bool = False
     retryCount: Capped = 0
+    transactions: Annotated[list[TransactionMarker], msgspec.Meta(max_length=100_000)] | None = None
+    """As :attr:`cdclake.contracts.events.Batch.transactions`."""
+    transaction: TransactionId | None = None
+    """As :attr:`cdclake.contracts.events.Batch.transaction`; expanded when the frame is decoded."""
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="type"):
@@ -124,7 +138,9 @@ def decode_client_message(data: bytes, limits: names.Limits = names.DEFAULT) -> 
     """One client frame; :class:`InvalidBatch` names the bad field (``$.type`` for unknown types)."""
     msg = typed_decode(_client, data)
     if isinstance(msg, CDCBatchMessage):
-        check_events(msg.events, limits=limits)
+        parts = Batch(msg.sourceDoId, msg.sequenceNumber, msg.events, msg.transactions, msg.transaction)
+        batch = check_batch(parts, limits)
+        msg.transactions, msg.transaction = batch.transactions, None  # the shorthand, expanded
     return msg
 
 

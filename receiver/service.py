@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.to_thread
 
+from cdclake import staging
 from cdclake.config.settings import Settings
 from cdclake.contracts import events
 from cdclake.contracts.protocol import Ack, AckDetails
@@ -236,17 +237,19 @@ class Service(Admission):
         decoded = box.pop()
         assert decoded.batch is not None
         p = Prepared.from_batch(decoded.batch, by_identity=decoded.debezium)
-        return self.lander.land(p, check_sequence=not decoded.debezium), sorted(p.objects)
+        return self.lander.land(p, check_sequence=not decoded.debezium), p.tables
 
     def _ack(self, landed: Landed, a: Admitted) -> Ack:
         paths = shown_paths(landed.paths, self.settings)
+        tables = [x for x in paths if f"/{staging.TRANSACTIONS}/" not in x]
         details = AckDetails(
             eventsProcessed=a.events,
             bufferUtilization=round(self.backlog.utilization, 4),
             suggestedDelayMs=self.backlog.suggested_delay_ms() or None,
             # The protocol's persistedPath is one path; a batch of several tables lands one object
-            # per table, so all of them are in persistedPaths (sorted; the first is persistedPath).
-            persistedPath=min(paths, default=None),
+            # per table, so all of them are in persistedPaths (sorted; the first table's object is
+            # persistedPath, the markers' object only when the batch has no events).
+            persistedPath=min(tables or paths, default=None),
             persistedPaths=sorted(paths),
             circuitBreakerState=self.lander.breaker,
         )

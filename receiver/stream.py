@@ -271,7 +271,7 @@ async def on_batch(c: Connection, box: list[CDCBatchMessage], size: int) -> None
         why = f"this connection is {c.source!r}'s (its connect), not {msg.sourceDoId!r}'s"
         await c.send(nack("invalid_format", why, sequence_number=seq, correlation_id=cid, field="$.sourceDoId"))
         return
-    batches = [Batch(msg.sourceDoId, seq, msg.events)]
+    batches = [Batch(msg.sourceDoId, seq, msg.events, msg.transactions)]
     del msg  # the batch must be freed by the worker, not on the loop
 
     def build(batches: list[Batch] = batches) -> decode.Decoded:

@@ -13,9 +13,12 @@ class Batch:
     sequence_number: int
     events: list[dict[str, Any]]
     retry_count: int = 0
+    transaction: str | None = None
+    """The whole batch is this one source transaction (the wire's ``transaction`` shorthand)."""
 
     def fields(self) -> dict[str, Any]:
-        return {
+        whole = {} if self.transaction is None else {"transaction": self.transaction}
+        return whole | {
             "sequenceNumber": self.sequence_number,
             "firstEventSequence": self.events[0]["sequence"],
             "lastEventSequence": self.events[-1]["sequence"],

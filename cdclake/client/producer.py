@@ -4,10 +4,11 @@ the retry loop (:mod:`~cdclake.client.retry`) until it is acked."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from cdclake.client.replies import int_or_none
 from cdclake.client.retry import Retrier
 from cdclake.client.transport import Transport
 from cdclake.client.ws_transport import WsConnect, WsTransport
+from cdclake.contracts.events import MAX_EVENTS_PER_BATCH, MAX_TRANSACTION_ID_CHARS
 
 # The SDK logs under one name, as it did when it was one module.
 log = logging.getLogger("cdclake.client")
@@ -46,6 +48,12 @@ class Producer:
     is honoured there with its delay: it is about the shared store or this producer, not that
     replica. A switch is one of the ``max_attempts`` and waits the usual backoff (not the left
     replica's hint); ``failovers`` counts switches.
+
+    Source transactions: ``send(..., transaction=id)`` tags one event; ``send_events(events,
+    transaction=id)`` and ``with producer.transaction(id):`` send a whole transaction as ONE
+    batch (the wire's ``transaction`` shorthand: the receiver stamps its events and lands its
+    END). A transaction is never split over two batches: past ``MAX_EVENTS_PER_BATCH`` events
+    it raises instead (``batch_size`` does not cut it).
     """
 
     def __init__(
@@ -101,6 +109,8 @@ class Producer:
         self._last_event: int | None = None
         self._buffer: list[dict[str, Any]] = []
         self._pending: Batch | None = None
+        self._tx: tuple[str, list[dict[str, Any]]] | None = None
+        """The open ``transaction()`` block: its id and the events sent in it so far."""
         self._not_before = 0.0
         self._closed = False
 
@@ -126,8 +136,9 @@ class Producer:
 
     @property
     def pending_events(self) -> int:
-        """Events buffered or in an unacked batch."""
-        return len(self._buffer) + (len(self._pending.events) if self._pending else 0)
+        """Events buffered (also in an open ``transaction()`` block) or in an unacked batch."""
+        in_tx = len(self._tx[1]) if self._tx else 0
+        return len(self._buffer) + in_tx + (len(self._pending.events) if self._pending else 0)
 
     def send(
         self,
@@ -140,20 +151,65 @@ class Producer:
         sequence: int | None = None,
         timestamp_ms: int | None = None,
         metadata: dict[str, Any] | None = None,
+        transaction: str | None = None,
     ) -> None:
+        """Buffer one event; ``transaction``: the id of the source transaction it belongs to
+        (inside a ``transaction()`` block, that block's id or nothing)."""
         event: dict[str, Any] = {"sequence": sequence, "timestamp": timestamp_ms, "operation": operation}
         event |= {"table": table, "rowId": row_id, "before": before, "after": after, "metadata": metadata}
         self._check_open()
+        if transaction is not None:
+            _check_id(transaction)
+            event["transaction"] = {"id": transaction}
+        if self._tx is not None:
+            tx_id, tx_events = self._tx
+            if transaction not in (None, tx_id):
+                raise ValueError(f"event of transaction {transaction!r} inside transaction {tx_id!r}")
+            if len(tx_events) >= MAX_EVENTS_PER_BATCH:
+                raise ValueError(
+                    f"transaction {tx_id!r} has more than MAX_EVENTS_PER_BATCH ({MAX_EVENTS_PER_BATCH}) events: "
+                    "it must go in one batch, and a batch holds no more"
+                )
+            tx_events.append(self._prepare(event))
+            return
         self._buffer.append(self._prepare(event))
         if len(self._buffer) >= self._batch_size:
             self.flush()
 
-    def send_events(self, events: list[dict[str, Any]]) -> Ack:
-        """Send ``events`` (wire-format dicts) as one batch now, after anything buffered."""
+    def send_events(self, events: list[dict[str, Any]], *, transaction: str | None = None) -> Ack:
+        """Send ``events`` (wire-format dicts) as one batch now, after anything buffered;
+        ``transaction``: the batch is that whole source transaction."""
         if not events:
             raise ValueError("a batch needs at least one event")
+        if transaction is not None:
+            _check_id(transaction)
+        if len(events) > MAX_EVENTS_PER_BATCH:
+            raise ValueError(
+                f"{len(events)} events in one batch, over MAX_EVENTS_PER_BATCH ({MAX_EVENTS_PER_BATCH})"
+                + (f": transaction {transaction!r} cannot be split" if transaction is not None else "")
+            )
         self.flush()
-        return self._send_new([self._prepare(e) for e in events])
+        return self._send_new([self._prepare(e) for e in events], transaction)
+
+    @contextlib.contextmanager
+    def transaction(self, transaction_id: str) -> Iterator[None]:
+        """``send()`` within the block collects one source transaction, sent as ONE batch when
+        the block ends (what was buffered before goes first, in its own batch). An exception in
+        the block sends none of it. Not nested."""
+        _check_id(transaction_id)
+        self._check_open()
+        if self._tx is not None:
+            raise RuntimeError(f"transaction {self._tx[0]!r} is still open: transactions do not nest")
+        self.flush()
+        self._tx = (transaction_id, [])
+        try:
+            yield
+        except BaseException:
+            self._tx = None
+            raise
+        events, self._tx = self._tx[1], None
+        if events:
+            self._send_new(events, transaction_id)
 
     def flush(self) -> Ack | None:
         """Send the buffered events (and first any batch left unacked by an earlier failure)."""
@@ -219,10 +275,10 @@ class Producer:
             self._last_ack = self._retry.run(lambda: self._transport.resume(None))
             self._next_seq = (self._last_ack or 0) + 1
 
-    def _send_new(self, events: list[dict[str, Any]]) -> Ack:
+    def _send_new(self, events: list[dict[str, Any]], transaction: str | None = None) -> Ack:
         self._start()
         assert self._next_seq is not None
-        self._pending = Batch(self._next_seq, events)
+        self._pending = Batch(self._next_seq, events, transaction=transaction)
         return self._deliver()
 
     def _deliver(self) -> Ack:
@@ -253,3 +309,9 @@ class Producer:
         if self._on_ack:
             self._on_ack(ack)
         return ack
+
+
+def _check_id(transaction: str) -> None:
+    # Refused here rather than by the receiver: a whole transaction's batch would be lost to a 400.
+    if not isinstance(transaction, str) or not 1 <= len(transaction) <= MAX_TRANSACTION_ID_CHARS:
+        raise ValueError(f"a transaction id is a string of 1..{MAX_TRANSACTION_ID_CHARS} characters")

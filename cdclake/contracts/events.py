@@ -155,6 +155,7 @@ class InvalidBatch(ValueError):
 T = TypeVar("T")
 _decoder = msgspec.json.Decoder(Batch)
 _encoder = msgspec.json.Encoder()
+_TABLE = re.compile(TABLE_PATTERN)
 _AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]*)`$", re.S)
 
 
@@ -184,6 +185,8 @@ def check_events(evs: list[CDCEvent], path: str = "$.events", limits: names.Limi
         for i, ev in enumerate(evs):
             if ev.table.lower().endswith(RESERVED_SUFFIXES):
                 raise InvalidBatch(f"{path}[{i}].table", f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            if ev.transaction is not None:
+                _refuse_id(ev.transaction.id, f"{path}[{i}].transaction.id")
             if ev.operation == "TRUNCATE":
                 for image in ("before", "after", "columnTypes", "columnDefaults"):
                     if getattr(ev, image) is not None:
@@ -244,9 +247,96 @@ def check_column_defaults(defaults: dict[str, Any], path: str, limits: names.Lim
 
 def decode_batch(body: bytes, limits: names.Limits = names.DEFAULT) -> Batch:
     """Decode and validate one batch; raises :class:`InvalidBatch` naming the field."""
-    batch = typed_decode(_decoder, body)
+    return check_batch(typed_decode(_decoder, body), limits)
+
+
+def check_batch(batch: Batch, limits: names.Limits = names.DEFAULT) -> Batch:
+    """Validate a decoded (or Python-built) batch and expand its ``transaction`` shorthand: the
+    batch every consumer sees has markers only, never the shorthand (:func:`whole_transaction`)."""
     check_events(batch.events, limits=limits)
-    return batch
+    if batch.transactions is not None:
+        check_markers(batch.transactions)
+    return whole_transaction(batch)
+
+
+def _refuse_id(value: str, path: str) -> None:
+    # A Python-built batch (the Debezium adapter's) skips msgspec's constraints: check again.
+    if not 1 <= len(value) <= MAX_TRANSACTION_ID_CHARS:
+        raise InvalidBatch(path, f"{len(value)} characters, the limit is 1..{MAX_TRANSACTION_ID_CHARS}")
+
+
+def _check_count(value: int | None, path: str) -> None:
+    if value is not None and value < 0:
+        raise InvalidBatch(path, f"{value} is negative (a count is >= 0)")
+
+
+def check_markers(markers: list[TransactionMarker], path: str = "$.transactions") -> None:
+    """What the types cannot say of BEGIN/END markers: counts only on an END, and its
+    ``eventCount`` the sum of its ``tables``; table names by the events' rule (no side tables)."""
+    if len(markers) > MAX_EVENTS_PER_BATCH:
+        raise InvalidBatch(path, f"{len(markers)} markers, over the limit of {MAX_EVENTS_PER_BATCH}")
+    for i, m in enumerate(markers):
+        at = f"{path}[{i}]"
+        _refuse_id(m.id, f"{at}.id")
+        if m.position is not None and len(m.position) > MAX_TRANSACTION_ID_CHARS:
+            raise InvalidBatch(f"{at}.position", f"over the limit of {MAX_TRANSACTION_ID_CHARS} characters")
+        if m.status == "BEGIN" and (m.eventCount is not None or m.tables is not None):
+            raise InvalidBatch(f"{at}.eventCount" if m.tables is None else f"{at}.tables", "only an END counts events")
+        _check_count(m.eventCount, f"{at}.eventCount")
+        for table, n in (m.tables or {}).items():
+            where = f"{at}.tables{names.segment(table)}"
+            if _TABLE.match(table) is None:
+                raise InvalidBatch(where, f"not a table name (pattern {TABLE_PATTERN})")
+            if table.lower().endswith(RESERVED_SUFFIXES):
+                raise InvalidBatch(where, f"names ending in {', '.join(RESERVED_SUFFIXES)} are reserved")
+            _check_count(n, where)
+        if m.eventCount is not None and m.tables is not None and m.eventCount != sum(m.tables.values()):
+            raise InvalidBatch(
+                f"{at}.tables", f"the counts add up to {sum(m.tables.values())}, not eventCount {m.eventCount}"
+            )
+
+
+def whole_transaction(batch: Batch) -> Batch:
+    """Expand the ``transaction`` shorthand: every event gets ``transaction.id``, and an END
+    marker with the per-table counts (table names lower-cased, as staged) and ``eventCount`` is
+    appended to ``transactions``. The result has no shorthand, so expanding twice is harmless.
+    Events are stamped in place (they are the batch's own, just decoded)."""
+    tx = batch.transaction
+    if tx is None:
+        return batch
+    _refuse_id(tx, "$.transaction")
+    for j, m in enumerate(batch.transactions or []):
+        if m.id == tx:
+            raise InvalidBatch(f"$.transactions[{j}].id", f"{tx!r} is $.transaction: the shorthand is its END already")
+    counts: dict[str, int] = {}
+    for i, ev in enumerate(batch.events):
+        if ev.transaction is None:
+            ev.transaction = EventTransaction(tx)
+        elif ev.transaction.id != tx:
+            raise InvalidBatch(f"$.events[{i}].transaction.id", f"{ev.transaction.id!r} differs from $.transaction")
+        table = ev.table.lower()
+        counts[table] = counts.get(table, 0) + 1
+    end = TransactionMarker(tx, "END", eventCount=len(batch.events), tables=counts)
+    return msgspec.structs.replace(batch, transaction=None, transactions=[*(batch.transactions or []), end])
+
+
+def stage_markers(batch: Batch) -> bytes | None:
+    """The batch's markers as NDJSON of :class:`StagedMarker` (its object in the staging folder
+    ``.transactions``), table names lower-cased like :func:`stage_lines`'; None without markers."""
+    if not batch.transactions:
+        return None
+    lines = []
+    for m in batch.transactions:
+        tables: dict[str, int] | None = None
+        if m.tables is not None:
+            tables = {}
+            for name, n in m.tables.items():  # "Orders" and "orders" are one staged table
+                tables[name.lower()] = tables.get(name.lower(), 0) + n
+        rec = StagedMarker(
+            batch.source, batch.sequenceNumber, m.id, m.status, m.timestamp, m.eventCount, tables, m.position
+        )
+        lines.append(_encoder.encode(rec))
+    return b"\n".join(lines) + b"\n"
 
 
 def stage_lines(batch: Batch) -> dict[str, bytes]:
@@ -266,6 +356,7 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
             order=ev.order,
             columnTypes=ev.columnTypes,
             columnDefaults=ev.columnDefaults,
+            transaction=ev.transaction,
         )
         out.setdefault(ev.table.lower(), []).append(_encoder.encode(rec))
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}

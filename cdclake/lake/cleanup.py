@@ -11,6 +11,13 @@ producer's newest receipt is kept longer, for ``CDCLAKE_RECEIPT_RETENTION_S`` af
 it is how the receiver checks the producer's numbering (the next batch must be its number + 1).
 Past that, a producer that sent nothing is forgotten, folder and all, so source ids that come
 and go leave no state behind; if it comes back, its numbering starts afresh.
+
+Transaction markers (the ``.transactions`` folder, :data:`cdclake.staging.TRANSACTIONS`) are
+kept: ``store.tables()`` never lists that folder, so no marker object is deleted here, and an
+apply that must see a transaction's END before it publishes the transaction always finds it. A
+batch's receipt that names a markers object is kept with it (a receipt goes only when none of
+its objects is left), so a resend of that batch stays a ``duplicate`` and never lands the
+markers twice. Their clean-up is the transaction-aware apply's to own (issue 31).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from cdclake.staging.local import LocalStaging
 from cdclake.staging.names import (
     CLOCK_FOLDER,
     SUFFIX,
+    TRANSACTIONS,
     ObjectKey,
     horizon,
     make_key,
@@ -33,6 +34,7 @@ __all__ = [
     "CLOCK_FOLDER",
     "RECEIPTS",
     "SUFFIX",
+    "TRANSACTIONS",
     "LocalStaging",
     "ObjectKey",
     "Receipt",

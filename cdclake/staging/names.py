@@ -83,5 +83,11 @@ def horizon(ms: int) -> str:
     return _prefix(ms)
 
 
+TRANSACTIONS = ".transactions"
+"""The folder of transaction markers: one object per batch that carries BEGIN/END markers, named
+like a table's (:func:`make_key` with this as its table), lines of
+:class:`cdclake.contracts.events.StagedMarker`. A dot folder, so never a table (``tables()`` skips
+it, and the clean-up with it: the apply that reads the markers will own their clean-up)."""
+
 CLOCK_FOLDER = ".clock"
 """Probe objects of :mod:`cdclake.staging.clock`, each removed right after its time is read."""
