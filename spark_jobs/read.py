@@ -42,6 +42,18 @@ STAGED = StructType(
         # Objects read into a string column come as their JSON text (Spark's JSON reader).
         StructField("before", StringType()),
         StructField("metadata", StringType()),
+        # Read, not used yet: the transaction-aware publish (issue 31) will group by it; the
+        # apply decides each event as before (normalise does not carry it).
+        StructField(
+            "transaction",
+            StructType(
+                [
+                    StructField("id", StringType()),
+                    StructField("totalOrder", LongType()),
+                    StructField("tableOrder", LongType()),
+                ]
+            ),
+        ),
     ]
 )
 # The same parser options for every parse of a staged line (the file read and the re-parses of a

@@ -156,7 +156,8 @@ T = TypeVar("T")
 _decoder = msgspec.json.Decoder(Batch)
 _encoder = msgspec.json.Encoder()
 _TABLE = re.compile(TABLE_PATTERN)
-_AT = re.compile(r"^(?P<msg>.*) - at `(?P<path>[^`]*)`$", re.S)
+# msgspec names a bad dict key "at `key` in `$.path`" (an END's table names): the path is the dict's.
+_AT = re.compile(r"^(?P<msg>.*) - at `(?:key` in `)?(?P<path>[^`]*)`$", re.S)
 
 
 def typed_decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
