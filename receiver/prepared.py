@@ -7,7 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cdclake.contracts.events import Batch, check_number_lengths, stage_lines, stage_markers, stage_types
+from cdclake.contracts.events import Batch, stage_lines, stage_markers, stage_types
+from cdclake.contracts.numbers import check_number_lengths
 from cdclake.staging.names import TRANSACTIONS
 
 Status = Literal["persisted", "duplicate", "fallback"]

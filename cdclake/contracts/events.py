@@ -363,43 +363,6 @@ def stage_lines(batch: Batch) -> dict[str, bytes]:
     return {table: b"\n".join(lines) + b"\n" for table, lines in out.items()}
 
 
-MAX_NUMBER_DIGITS = 999
-"""Spark's JSON parser (Jackson's ``maxNumberLength``) refuses a number of over 1,000 characters:
-a staged line holding one could be neither typed nor read, so the door refuses it."""
-# Digits to "0", then a search for a run of MAX_NUMBER_DIGITS + 1 of them: C speed (a regex for
-# the run stepped through every digit of every number, a cost the receiver's throughput showed).
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-_LONG_RUN = b"0" * (MAX_NUMBER_DIGITS + 1)
-
-
-def check_number_lengths(batch: Batch, staged: dict[str, bytes]) -> None:
-    """Raise :class:`InvalidBatch` naming the first integer of more than :data:`MAX_NUMBER_DIGITS`
-    digits. A scan of the staged bytes (C speed) decides whether to look: a run of that many
-    digits can also be text, which is fine."""
-    if all(data.translate(_DIGITS).find(_LONG_RUN) < 0 for data in staged.values()):
-        return
-    for i, ev in enumerate(batch.events):
-        for name in ("before", "after", "metadata", "columnDefaults"):
-            where = _long_integer(getattr(ev, name), f"$.events[{i}].{name}")
-            if where is not None:
-                raise InvalidBatch(
-                    where, f"a number of more than {MAX_NUMBER_DIGITS} digits (Spark reads at most 1,000 characters)"
-                )
-
-
-def _long_integer(value: Any, path: str) -> str | None:
-    kind = type(value)
-    if kind is int:
-        return path if len(str(abs(value))) > MAX_NUMBER_DIGITS else None
-    if kind is dict:
-        inner = [(path + names.segment(k), v) for k, v in value.items()]
-    elif kind is list:
-        inner = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
-    else:
-        return None
-    return next((found for at, v in inner if (found := _long_integer(v, at)) is not None), None)
-
-
 def stage_types(batch: Batch) -> dict[str, Any]:
     """Per table of :func:`stage_lines`, the JSON types of its object's lines: what Spark's
     inference would find in them (:func:`cdclake.contracts.jsontypes.record`)."""

@@ -158,3 +158,20 @@ def test_a_websocket_batch_carries_the_shorthand_and_markers_too(home: Path) -> 
     [(_, lines)] = markers(home / "staging")
     assert [(m["id"], m.get("tables")) for m in lines] == [("w0", None), ("w1", {"users": 1})]
     assert [e["transaction"] for e in staged_lines(home / "staging")] == [{"id": "w1"}]
+
+
+def test_the_openapi_document_shows_the_transaction_fields(home: Path) -> None:
+    with client_for(home) as c:
+        schemas = c.get("/openapi.json").json()["components"]["schemas"]
+    batch_props = schemas["Batch"]["properties"]
+    assert batch_props["transaction"]["anyOf"][0]["maxLength"] == 256
+    assert batch_props["transactions"]["anyOf"][0]["maxItems"] == 100_000
+    assert set(schemas["TransactionMarker"]["properties"]) == {
+        "id",
+        "status",
+        "timestamp",
+        "eventCount",
+        "tables",
+        "position",
+    }
+    assert schemas["CDCEvent"]["properties"]["transaction"]["anyOf"][0]["$ref"].endswith("/EventTransaction")
