@@ -175,3 +175,34 @@ def test_the_openapi_document_shows_the_transaction_fields(home: Path) -> None:
         "position",
     }
     assert schemas["CDCEvent"]["properties"]["transaction"]["anyOf"][0]["$ref"].endswith("/EventTransaction")
+
+
+class Flaky(staging.LocalStaging):
+    """A local store whose writes fail while ``down``."""
+
+    down = True
+
+    def put(self, key: staging.ObjectKey, data: bytes) -> None:
+        if self.down:
+            raise OSError("store down")
+        super().put(key, data)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        if self.down:
+            raise OSError("store down")
+        return super().put_if_absent(path, data)
+
+
+def test_markers_acked_from_the_spool_land_once_when_it_drains(tmp_path: Path) -> None:
+    from receiver.landing import Lander
+    from receiver.spool import Spool
+
+    store = Flaky(tmp_path / "staging")
+    lander = Lander(store, Spool(tmp_path / "spool"))
+    p = Prepared.from_batch(decode_batch(json.dumps(tx_batch(1, ev(1, "users"), tx="sp")).encode()))
+    assert lander.land(p).status == "fallback"
+    store.down = False
+    assert lander.drain() == 1 and lander.drain() == 0
+    [(_, lines)] = markers(tmp_path / "staging")
+    assert [(m["id"], m["tables"]) for m in lines] == [("sp", {"users": 1})]
+    assert [e["transaction"] for e in staged_lines(tmp_path / "staging")] == [{"id": "sp"}]
