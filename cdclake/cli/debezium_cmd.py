@@ -320,9 +320,11 @@ def run(args: argparse.Namespace, settings: Settings, env: Mapping[str, str] | N
     except OSError as exc:
         raise UsageError(f"--output {args.output}: {exc.strerror}") from None
     # Notes go to stderr, so stdout is the TOML alone (`> tables.toml` works).
-    tok = "with a producer token" if "debezium.transforms" in props else "without a producer token"
+    # The token is a static header, added by an InsertHeader transform (cdclake.debezium.config).
+    with_token = any(k.startswith("debezium.transforms.") and v == "Authorization" for k, v in props.items())
+    tok = "with a producer token" if with_token else "without a producer token"
     _note(f"wrote {args.output} (0600): {args.kind} -> {props['debezium.sink.http.url']} {tok}")
-    if "debezium.transforms" not in props and settings.tokens_file is not None:
+    if not with_token and settings.tokens_file is not None:
         _note("CDCLAKE_TOKENS_FILE is set: a receiver with tokens refuses posts without one (--token-file)")
     if args.table_config is None:
         print(toml, end="")

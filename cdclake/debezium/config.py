@@ -351,6 +351,11 @@ def properties(
         # position), so nothing is skipped. PostgreSQL (pgoutput) and MariaDB both send op "t"
         # then (seen with Debezium Server 3.6: docs/debezium.md, "TRUNCATE").
         "debezium.source.skipped.operations": "none",
+        # Each transaction's BEGIN and END (END: its events per table) on the topic
+        # <name>.transaction, and each event's transaction block: a whole transaction is then
+        # something the lake can tell (docs/debezium.md, "Transactions"). The HTTP sink posts
+        # every topic to the one URL, so the markers reach /v1/debezium with the row events.
+        "debezium.source.provide.transaction.metadata": "true",
         **_source(db, state_dir),
         "quarkus.http.port": str(http_port),
         "quarkus.http.host": "127.0.0.1",
@@ -372,21 +377,43 @@ def properties(
     headers = dict(sink.headers)
     if sink.token:
         headers["Authorization"] = f"Bearer {sink.token}"
+    p |= _transforms(name, headers)
+    p.update(extra or {})
+    return p
+
+
+MARKER_SOURCE_FIELD = "cdclake_source"
+"""The field added to each BEGIN/END record holding ``name``: unlike a row event, a marker has
+no ``source.name``, and a post of markers alone must still say whose they are (without a token)."""
+
+
+def _transforms(name: str, headers: Mapping[str, str]) -> dict[str, str]:
+    """Kafka Connect transforms: ``cdclake_source`` on the markers, and the static headers."""
+    p = {
+        "debezium.transforms.txsource.type": "org.apache.kafka.connect.transforms.InsertField$Value",
+        "debezium.transforms.txsource.static.field": MARKER_SOURCE_FIELD,
+        "debezium.transforms.txsource.static.value": name,
+        # Only the transaction topic's records: row events keep their envelope as Debezium writes it.
+        "debezium.transforms.txsource.predicate": "transactions",
+        "debezium.predicates": "transactions",
+        "debezium.predicates.transactions.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+        "debezium.predicates.transactions.pattern": f"{re.escape(name)}\\.transaction",
+    }
+    names = ["txsource"]
     if headers:
         # A record header reaches the request as <prefix><NAME>: <value in debezium.format.header>.
         # No prefix, no base64, no Connect schema: `Authorization: "Bearer …"` (the value stays a
         # JSON string, quotes included: the json format is the only one headers accept).
-        names = [f"h{i}" for i in range(len(headers))]
-        p["debezium.transforms"] = ",".join(names)
         p["debezium.sink.http.headers.prefix"] = ""
         p["debezium.sink.http.headers.encode.base64"] = "false"
         p["debezium.format.header.schemas.enable"] = "false"
-        for n, (header, value) in zip(names, headers.items(), strict=True):
+        for i, (header, value) in enumerate(headers.items()):
+            n = f"h{i}"
+            names.append(n)
             p[f"debezium.transforms.{n}.type"] = "org.apache.kafka.connect.transforms.InsertHeader"
             p[f"debezium.transforms.{n}.header"] = header
             p[f"debezium.transforms.{n}.value.literal"] = value
-    p.update(extra or {})
-    return p
+    return {"debezium.transforms": ",".join(names), **p}
 
 
 def _escape(text: str, is_key: bool) -> str:

@@ -85,17 +85,25 @@ Images and metadata
     (``transaction.id``, else ``source.txId``), ``lsn`` (Postgres), ``op`` (the Debezium letter); absent
     ones omitted.
 
+Transactions (``provide.transaction.metadata=true``)
+    A BEGIN/END record goes to the batch's ``transactions`` in post order, a data event's
+    ``transaction`` block to its ``transaction``: the rules are in :mod:`cdclake.debezium.transactions`.
+    A post of markers alone is a batch without events (built here: the wire contract's
+    ``events`` has at least one).
+
 Batch
     ``source`` is the ``producer`` argument, else ``source.name`` (the connector's topic prefix;
-    every event of the post must then have the same one), with characters outside
+    every event of the post must then have the same one; a marker's is the ``cdclake_source``
+    field the generated configuration adds to it), with characters outside
     ``[A-Za-z0-9._-]`` replaced by ``-`` and leading non-alphanumerics dropped.
     ``sequenceNumber``: Debezium does not number its posts, so it is a 63-bit BLAKE2b hash of the
-    ordered list of the events' ``sequence`` values. A redelivered identical post maps to the same
-    number (the receiver acks it as a duplicate); a post regrouped differently gets another
-    number, and its events are still dropped one by one as exact duplicates.
+    ordered list of the events' ``sequence`` values (and of the markers, when there are any). A
+    redelivered identical post maps to the same number (the receiver acks it as a duplicate); a
+    post regrouped differently gets another number, and its events are still dropped one by one
+    as exact duplicates.
 """
 
-# Long: the docstring above is the specification of the Debezium mapping (about 95 lines).
+# Long: the docstring above is the specification of the Debezium mapping (about 100 lines).
 
 from __future__ import annotations
 
@@ -109,6 +117,8 @@ from cdclake.contracts import events, names
 from cdclake.contracts.events import CDCEvent, InvalidBatch, Operation
 from cdclake.debezium import connect_types as debezium_types
 from cdclake.debezium import text as debezium_text
+from cdclake.debezium import transactions
+from cdclake.debezium.posts import looks_like_debezium, producer_name, source_of
 from cdclake.debezium.source import MAX_LONG, hash_encoder, json_ok, kind, long_at, metadata, position, sub
 
 __all__ = [
@@ -145,41 +155,10 @@ OPERATIONS: dict[str, Operation] = {"c": "INSERT", "r": "INSERT", "u": "UPDATE",
 UNSUPPORTED = {"m": "message"}
 
 _TABLE = re.compile(events.TABLE_PATTERN)
-_SOURCE_BAD = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class OnlyTombstones(InvalidBatch):
     """The input held no change event, only tombstones (or nothing)."""
-
-
-# ----------------------------------------------------------------------------- detection
-
-
-def _is_event(obj: Any) -> bool:
-    if not isinstance(obj, dict) or "events" in obj:
-        return False
-    if "payload" in obj:
-        payload = obj["payload"]
-        if payload is None:  # an enveloped tombstone
-            return "schema" in obj
-        return isinstance(payload, dict) and ("schema" in obj or "op" in payload or "source" in payload)
-    return "op" in obj or (isinstance(obj.get("source"), dict) and ("before" in obj or "after" in obj))
-
-
-def looks_like_debezium(obj: Any) -> bool:
-    """Whether ``obj`` (parsed JSON) is Debezium change data rather than one of our batches.
-
-    True for one event in either form, or a non-empty list of events and tombstones (nulls) whose
-    first event looks like one; detection is structural, so a malformed event still routes to
-    :func:`to_batch` and gets a precise error. Our own batch (``source`` a string, ``events``)
-    is never Debezium.
-    """
-    if isinstance(obj, dict):
-        return _is_event(obj)
-    if isinstance(obj, list) and obj and all(x is None or isinstance(x, dict) for x in obj):
-        first = next((x for x in obj if x is not None), None)
-        return first is None or _is_event(first)
-    return False
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -187,10 +166,6 @@ def looks_like_debezium(obj: Any) -> bool:
 
 def _hash63(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") & MAX_LONG
-
-
-def _sanitise_source(name: str) -> str:
-    return _SOURCE_BAD.sub("-", name).lstrip("._-")[:128]
 
 
 def _columns_for(key_columns: KeyColumns, table: str) -> tuple[str, ...]:
@@ -361,6 +336,7 @@ def _event(
         order=order,
         columnTypes=declared or None,
         columnDefaults=column_defaults or None,
+        transaction=transactions.event_transaction(tx, xpath),
     )
 
 
@@ -381,6 +357,7 @@ def _truncate(payload: Mapping[str, Any], ppath: str, source: dict[str, Any], sp
         rowId=events.TRUNCATE_ROW_ID,
         metadata=metadata(source, spath, tx, xpath, connector, "t"),
         order=order,
+        transaction=transactions.event_transaction(tx, xpath),
     )
 
 
@@ -414,21 +391,6 @@ def _apply_config(
     return found, {}
 
 
-def _producer_name(item: dict[str, Any], base: str) -> tuple[str, str]:
-    """``(sanitised source.name, its path)`` of one (already validated) event."""
-    ppath, payload = (f"{base}.payload", item["payload"]) if "payload" in item else (base, item)
-    path = f"{ppath}.source.name"
-    name = payload["source"].get("name")
-    if name is None:
-        raise InvalidBatch(path, "required to name the producer (or pass producer=)")
-    if not isinstance(name, str):
-        raise InvalidBatch(path, f"expected a string, got {kind(name)}")
-    clean = _sanitise_source(name)
-    if not clean:
-        raise InvalidBatch(path, f"no usable producer id in {name[:100]!r}")
-    return clean, path
-
-
 # ----------------------------------------------------------------------------- batch
 
 
@@ -454,6 +416,7 @@ def to_batch(
         raise InvalidBatch("$", f"expected a Debezium change event or an array of them, got {kind(obj)}")
 
     out: list[CDCEvent] = []
+    markers: list[events.TransactionMarker] = []
     sources: list[tuple[str, str]] = []
     plans = debezium_types.SchemaPlans()
     for base, item in items:
@@ -463,24 +426,22 @@ def to_batch(
             raise InvalidBatch(base, f"expected a change event object or null, got {kind(item)}")
         if "payload" in item and item["payload"] is None:
             continue  # enveloped tombstone
-        out.append(_event(item, base, key_columns, limits, column_types, plans))
-        if producer is None:
-            sources.append(_producer_name(item, base))
-        if len(out) > events.MAX_EVENTS_PER_BATCH:
-            raise InvalidBatch("$", f"more than {events.MAX_EVENTS_PER_BATCH} change events in one post")
-    if not out:
+        ppath, value = _payload(item, base)
+        is_marker = transactions.is_marker(value)
+        if is_marker:
+            markers.append(transactions.marker(value, ppath))
+        else:
+            out.append(_event(item, base, key_columns, limits, column_types, plans))
+        named = producer_name(item, base, is_marker) if producer is None else None
+        sources += [named] if named else []
+        if len(out) + len(markers) > events.MAX_EVENTS_PER_BATCH:
+            raise InvalidBatch("$", f"more than {events.MAX_EVENTS_PER_BATCH} records in one post")
+    if not out and not markers:
         raise OnlyTombstones("$", "no change events (only tombstones)")
-
-    if producer is not None:
-        source = _sanitise_source(producer)
-        if not source:
-            raise InvalidBatch("$", f"no usable producer id in {producer[:100]!r}")
-    else:
-        source = sources[0][0]
-        for name, path in sources[1:]:
-            if name != source:
-                raise InvalidBatch(
-                    path, f"{name!r} differs from the first event's {source!r}; pass producer= to mix connectors"
-                )
-    number = _hash63(hash_encoder.encode([ev.sequence for ev in out]))
-    return events.Batch(source=source, sequenceNumber=number, events=out)
+    identity: list[Any] = [ev.sequence for ev in out]
+    if markers:  # a post without markers keeps the number it always had
+        identity = [identity, markers]
+    number = _hash63(hash_encoder.encode(identity))
+    # Markers alone make a batch without events, which the wire contract refuses to decode: a
+    # Batch built here is never decoded, and every consumer of one accepts it (events.py).
+    return events.Batch(source_of(producer, sources), number, out, transactions=markers or None)

@@ -133,7 +133,11 @@ def test_writes_properties_java_reads_with_the_recommended_settings(
     assert (mdb["debezium.source.database.port"], mdb["debezium.source.database.server.id"]) == ("3306", "7")
     assert mdb["debezium.source.database.password"] == "maria pw"
     assert mdb["debezium.source.schema.history.internal.file.filename"] == str(tmp_path / "data" / "schema-history.dat")
-    assert "debezium.transforms" not in mdb  # no token given: no Authorization header
+    assert mdb["debezium.transforms"] == "txsource"  # no token given: no Authorization header
+    # A Java regular expression as Java reads it: the markers' topic, its dot literal.
+    assert pg["debezium.transforms"] == "txsource,h0"
+    assert pg["debezium.predicates.transactions.pattern"] == "shop\\.transaction"
+    assert mdb["debezium.source.provide.transaction.metadata"] == "true"
     # The same keys the module writes, nothing lost or added on the way through the file.
     assert len(pg) == len(pg_out.read_text().splitlines()) - 3  # 3 header comment lines
 

@@ -37,7 +37,7 @@ def test_postgres_source_and_http_sink() -> None:
     assert p["debezium.source.table.include.list"] == "public\\.customers,public\\.order_lines"
     assert p["debezium.source.offset.storage.file.filename"] == "/state/offsets.dat"
     assert p["quarkus.http.port"] != "8080"  # Airflow's port
-    assert "debezium.transforms" not in p
+    assert p["debezium.transforms"] == "txsource"  # the markers' source name, no header
 
 
 def test_mariadb_source_keeps_its_schema_history_and_sends_no_ddl_events() -> None:
@@ -51,7 +51,7 @@ def test_mariadb_source_keeps_its_schema_history_and_sends_no_ddl_events() -> No
 
 def test_token_becomes_a_static_authorization_header() -> None:
     p = properties(PG, Sink("http://rcv:8090", token="s3cret"), name="shop", state_dir=Path("/s"))
-    assert p["debezium.transforms"] == "h0"
+    assert p["debezium.transforms"] == "txsource,h0"
     assert p["debezium.transforms.h0.type"] == "org.apache.kafka.connect.transforms.InsertHeader"
     assert (p["debezium.transforms.h0.header"], p["debezium.transforms.h0.value.literal"]) == (
         "Authorization",
@@ -162,3 +162,20 @@ def test_truncates_are_sent_not_skipped() -> None:
     for db in (PG, MARIA):
         p = properties(db, Sink("http://rcv:8090"), name="shop", state_dir=Path("/s"))
         assert p["debezium.source.skipped.operations"] == "none"
+
+
+@pytest.mark.parametrize("db", [PG, MARIA])
+def test_transaction_metadata_is_sent_and_markers_name_their_source(db: Database) -> None:
+    """BEGIN/END records (topic ``<name>.transaction``) name no source; the transform adds it to
+    them alone (the predicate's topic), so row events keep Debezium's envelope."""
+    p = properties(db, Sink("http://rcv:8090"), name="shop-1.eu", state_dir=Path("/s"))
+    assert p["debezium.source.provide.transaction.metadata"] == "true"
+    assert p["debezium.transforms.txsource.type"] == "org.apache.kafka.connect.transforms.InsertField$Value"
+    assert (p["debezium.transforms.txsource.static.field"], p["debezium.transforms.txsource.static.value"]) == (
+        "cdclake_source",
+        "shop-1.eu",
+    )
+    assert p["debezium.transforms.txsource.predicate"] == p["debezium.predicates"] == "transactions"
+    pattern = p["debezium.predicates.transactions.pattern"]
+    assert re.fullmatch(pattern, "shop-1.eu.transaction")
+    assert not re.fullmatch(pattern, "shop-1xeu.transaction") and not re.fullmatch(pattern, "shop-1.eu.public.orders")

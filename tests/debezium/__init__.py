@@ -1,0 +1,1 @@
+"""Tests of the Debezium adapter (cdclake.debezium): transaction metadata."""
