@@ -19,10 +19,13 @@ Table
     reserved suffix). Two captured tables of one name in different schemas land in one lake
     table, so their counts add up under that name: the END counts what lands in each table.
 
-Position
-    PostgreSQL's id is ``<txId>:<LSN>`` (both decimal): the position is the LSN part. Any other
-    id (MariaDB's GTID ``domain-server-sequence``, MySQL's ``binlog file:pos`` without GTIDs)
-    is the position as it is.
+Identity and position
+    PostgreSQL's id is ``<txId>:<LSN>`` (both decimal) and Debezium 3.6 puts each record's own
+    LSN there: a transaction's BEGIN, each of its events and its END carry different ids with
+    one ``txId`` (seen from a real server: BEGIN ``738:35042504``, events ``738:35042736`` ...,
+    END ``738:35043232``). So a PostgreSQL transaction is its ``txId`` (the markers' and events'
+    ``id``), and the position is the LSN part (an END's: the commit's). Any other id (MariaDB's
+    GTID ``domain-server-sequence``, one id for the whole transaction) is both as it is.
 
 Anything malformed raises :class:`~cdclake.contracts.events.InvalidBatch` at its JSON path
 (``$[3].payload.data_collections[1].event_count``).
@@ -104,6 +107,12 @@ def _tables(value: Mapping[str, Any], ppath: str) -> dict[str, int] | None:
     return tables
 
 
+def key(tx_id: str) -> str:
+    """The transaction a Debezium id names (the module docstring's Identity rule)."""
+    m = _PG_ID.match(tx_id)
+    return tx_id.split(":", 1)[0] if m else tx_id
+
+
 def position(tx_id: str) -> str:
     """The source position a transaction id names (the module docstring's Position rule)."""
     pg = _PG_ID.match(tx_id)
@@ -124,7 +133,7 @@ def marker(value: Mapping[str, Any], ppath: str) -> TransactionMarker:
             f"{ppath}.event_count", f"{count} differs from the sum of data_collections' counts, {sum(tables.values())}"
         )
     return TransactionMarker(
-        id=tx_id,
+        id=key(tx_id),
         status="BEGIN" if status == "BEGIN" else "END",
         timestamp=_opt_long(value, "ts_ms", ppath, "milliseconds"),
         eventCount=count,
@@ -142,7 +151,7 @@ def event_transaction(tx: Mapping[str, Any], xpath: str) -> EventTransaction | N
     if isinstance(tx_id, int) and not isinstance(tx_id, bool):
         tx_id = str(tx_id)  # the id a marker of it carries is text
     return EventTransaction(
-        id=_id({"id": tx_id}, xpath),
+        id=key(_id({"id": tx_id}, xpath)),
         totalOrder=_opt_long(tx, "total_order", xpath, "a position in the transaction"),
         tableOrder=_opt_long(tx, "data_collection_order", xpath, "a position in the transaction"),
     )

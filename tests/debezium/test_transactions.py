@@ -1,14 +1,18 @@
 """Debezium's transaction metadata -> the batch's markers and each event's transaction
 (cdclake.debezium.transactions through cdclake.debezium.envelope.to_batch).
 
-The records are shaped like the PostgreSQL connector's in Debezium's documentation (BEGIN with
-null counts, END with ``data_collections``, ids ``<txId>:<LSN>``); the real ones are what
-tests/e2e/test_debezium_transactions.py decodes from a real Debezium Server."""
+The hand-made records are shaped like the PostgreSQL connector's (BEGIN with null counts, END
+with ``data_collections``, ids ``<txId>:<LSN>``); :func:`test_real_posts_give_whole_transactions`
+decodes posts a real Debezium Server 3.6 made (tests/support/debezium_transactions/, captured by
+the e2e test's workload from PostgreSQL and MariaDB, with and without schemas)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,8 @@ from cdclake.debezium.envelope import OnlyTombstones, looks_like_debezium, to_ba
 from tests.support.debezium import ENVELOPE_SCHEMA, Json, pg_payload
 
 TX = "571:53195832"
+XID = "571"  # the transaction a PostgreSQL id names: its txId
+REAL = Path(__file__).resolve().parents[1] / "support" / "debezium_transactions"
 MARKER_SCHEMA: Json = {"type": "struct", "name": "io.debezium.connector.common.TransactionMetadataValue"}
 
 
@@ -54,18 +60,18 @@ def whole_post() -> list[Json | None]:
 def test_a_transaction_in_one_post_gives_markers_and_each_events_transaction(wrap: Any) -> None:
     batch = to_batch([wrap(v) for v in whole_post()])
     assert batch.transactions == [
-        TransactionMarker(TX, "BEGIN", timestamp=1486500577125, position="53195832"),
+        TransactionMarker(XID, "BEGIN", timestamp=1486500577125, position="53195832"),
         TransactionMarker(
-            TX, "END", 1486500577691, eventCount=3, tables={"orders": 1, "order_lines": 2}, position="53195832"
+            XID, "END", 1486500577691, eventCount=3, tables={"orders": 1, "order_lines": 2}, position="53195832"
         ),
     ]
     assert [
         (e.table, e.transaction and (e.transaction.id, e.transaction.totalOrder, e.transaction.tableOrder))
         for e in batch.events
     ] == [
-        ("orders", (TX, 1, 1)),
-        ("order_lines", (TX, 2, 1)),
-        ("order_lines", (TX, 3, 2)),
+        ("orders", (XID, 1, 1)),
+        ("order_lines", (XID, 2, 1)),
+        ("order_lines", (XID, 3, 2)),
     ]
     # What an END promises per table is what the post's events carry.
     assert batch.transactions[1].tables == {"orders": 1, "order_lines": 2}
@@ -187,3 +193,25 @@ def test_ten_thousand_data_collections_decode_in_linear_time() -> None:
     (m,) = to_batch([end(counts=counts)], producer="s").transactions or []
     assert time.monotonic() - t0 < 2.0
     assert m.eventCount == 10_000 and len(m.tables or {}) == 10_000
+
+
+@pytest.mark.parametrize("capture", sorted(p.name for p in REAL.glob("*.json")))
+def test_real_posts_give_whole_transactions(capture: str) -> None:
+    """Each END's per-table counts are the events that carry its transaction, BEGIN and END pair
+    up, and the order (an order, its two lines, a stock update) is one transaction. Debezium 3.6's
+    PostgreSQL ids differ record by record (``<txId>:<own LSN>``): keyed by the full id, no END
+    would match its events."""
+    posts = json.loads((REAL / capture).read_text())
+    keys = {"order_lines": ["order_id", "line_no"], "*": ["id"]}
+    batches = [to_batch(p, producer="txs", key_columns=keys) for p in posts]
+    events_of: dict[str, Counter[str]] = {}
+    for b in batches:
+        for ev in b.events:
+            if ev.transaction is not None:
+                events_of.setdefault(ev.transaction.id, Counter())[ev.table] += 1
+    markers = [m for b in batches for m in b.transactions or []]
+    ends = {m.id: m for m in markers if m.status == "END"}
+    assert len(ends) == 4 and {m.id for m in markers if m.status == "BEGIN"} == set(ends)
+    assert {tx: dict(c) for tx, c in events_of.items()} == {tx: m.tables for tx, m in ends.items()}
+    assert {"orders": 1, "order_lines": 2, "stock": 1} in [m.tables for m in ends.values()]
+    assert all(m.position for m in markers)
