@@ -1,32 +1,24 @@
-"""Transaction metadata from a real Debezium Server 3.6.0.Final (issue 31), on the properties
-``cdclake debezium`` writes (``provide.transaction.metadata=true``, the markers' source field):
-PostgreSQL 15 and MariaDB 10.11, a multi-table transaction (an order, two lines, a stock
-update), an autocommit statement and a transaction with a delete. Debezium posts to a capture
-server on 127.0.0.1 and each post is decoded as the receiver decodes it
-(``receiver.decode.decode_debezium_obj``): every transaction's END must count, per table,
-exactly the events decoded with its id.
-
-TODO(issue 31): once the receiver lands markers (``.transactions`` in staging), point the sink
-at the real receiver (tests/support/debezium_server.py, ``Pipeline``) and assert the same from
-the staged objects."""
+"""Debezium's transaction metadata from a real Debezium Server, through the real receiver, into
+staging: PostgreSQL (``pgoutput``) and MariaDB (binlog), with and without schemas, under the
+configuration ``cdclake debezium`` writes (``provide.transaction.metadata=true``, the markers'
+source field). A multi-table transaction (an order, its two lines, a stock decrement), an
+autocommit insert and a two-table delete/update: every END staged in ``.transactions`` counts,
+per table, exactly the staged events that carry its transaction, and every BEGIN has its END."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cdclake.contracts.events import Batch
 from cdclake.dev.stack import free_port
-from receiver.decode import decode_debezium_obj
-from tests.support.debezium_server import DebeziumServer, LogicalPostgres, MariaDB, fail_fast_sink, missing, running
+from tests.support import make_settings
+from tests.support.debezium_server import LogicalPostgres, MariaDB, Pipeline, fail_fast_sink, missing, running
 
 pytestmark = [
     pytest.mark.debezium,
@@ -48,36 +40,6 @@ STREAM = [
 ]
 TABLES = ["orders", "order_lines", "stock", "marks"]
 KEYS = {"order_lines": ["order_id", "line_no"]}
-
-
-class Capture:
-    """An HTTP server on 127.0.0.1 that answers 200 and keeps each post's parsed body."""
-
-    def __init__(self) -> None:
-        posts: list[Any] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                posts.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.posts = posts
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def holds(self, needle: str) -> bool:
-        return any(needle in json.dumps(p) for p in list(self.posts))
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture(params=["postgres", "mariadb"])
@@ -107,43 +69,45 @@ def test_each_end_counts_the_events_of_its_transaction(
         db, schema = source.database("txs", TABLES), "public"
     else:
         db, schema = source.database("txs", TABLES, 5432), "txs"
+    config = tmp_path / "tables.toml"
+    config.write_text("".join(f"[tables.{t}]\nkey = {json.dumps(k)}\n" for t, k in KEYS.items()))
+    settings = make_settings(tmp_path / "home", receiver_port=free_port(), table_config=config)
     keys = {f"{schema}.{t}": cols for t, cols in KEYS.items()}
-    capture = Capture()
-    dbz = DebeziumServer.create(tmp_path, db, fail_fast_sink(capture.url, schemas=schemas), "txs", keys=keys)
+    sink = dataclasses.replace(fail_fast_sink(settings.receiver_url), schemas=schemas)
+    p = Pipeline(tmp_path, settings, db, sink, "txs", keys=keys)
     try:
-        dbz.start()
-        assert wait(lambda: capture.holds('"stock"'), 90), dbz.log_tail()  # the snapshot
+        p.start()
+        assert p.wait_for("stock", 2, 90), p.failures()  # the snapshot
         for stmt in STREAM:
             source.sql(stmt, "txs")
-        assert wait(lambda: capture.holds('"marks"'), 90), dbz.log_tail()
-        time.sleep(2)  # the END of the marks insert follows it
+        assert p.caught_up(1, 90), p.failures()
+        # The END of the marks insert follows its row event.
+        assert wait(lambda: len(staged_markers(settings.staging_dir)) >= 8, 30), p.failures()
     finally:
-        dbz.stop()
-        capture.close()
-    batches = [decode_debezium_obj(p, 10**7, None, tables=_rules()).batch for p in capture.posts]
-    landed = [b for b in batches if b is not None]
-    assert_transactions_whole(landed)
+        p.stop()
+    assert_transactions_whole(p.staged(), staged_markers(settings.staging_dir))
 
 
-def _rules() -> Any:
-    from cdclake.debezium.envelope import TableRules
+def staged_markers(staging_dir: Path) -> list[dict[str, Any]]:
+    """Every staged transaction marker, read from the NDJSON files without the staging module."""
+    out: list[dict[str, Any]] = []
+    for f in sorted((staging_dir / ".transactions").rglob("*.ndjson")):
+        out += [json.loads(line) for line in f.read_text().splitlines()]
+    return out
 
-    return TableRules(key_columns={**KEYS, "*": ["id"]})
 
-
-def assert_transactions_whole(batches: list[Batch]) -> None:
-    """Each END's per-table counts == the decoded events carrying its id; each BEGIN has an END."""
-    by_tx: dict[str, Counter[str]] = {}
-    for b in batches:
-        for ev in b.events:
-            if ev.transaction is not None:
-                by_tx.setdefault(ev.transaction.id, Counter())[ev.table] += 1
-    markers = [m for b in batches for m in b.transactions or []]
-    ends = {m.id: m for m in markers if m.status == "END"}
-    assert {m.id for m in markers if m.status == "BEGIN"} == set(ends), markers
-    assert set(by_tx) <= set(ends), "events of a transaction with no END"
+def assert_transactions_whole(staged: dict[str, list[dict[str, Any]]], markers: list[dict[str, Any]]) -> None:
+    """Each END's per-table counts == the distinct staged events carrying its id; BEGIN pairs END."""
+    seen: dict[str, dict[str, set[tuple[str, int]]]] = {}
+    for table, evs in staged.items():
+        for ev in evs:
+            if ev.get("transaction"):
+                seen.setdefault(ev["transaction"]["id"], {}).setdefault(table, set()).add((ev["rowId"], ev["sequence"]))
+    ends = {m["id"]: m for m in markers if m["status"] == "END"}
+    assert {m["id"] for m in markers if m["status"] == "BEGIN"} == set(ends), markers
+    assert set(seen) <= set(ends), "staged events of a transaction with no END"
     for tx, end in ends.items():
-        assert dict(by_tx.get(tx, Counter())) == end.tables, (tx, end)
-        assert end.eventCount == sum((end.tables or {}).values())
+        assert {t: len(s) for t, s in seen.get(tx, {}).items()} == end["tables"], (tx, end)
+        assert end["eventCount"] == sum(end["tables"].values()) and end["position"]
     # The order, its two lines and the stock update: one transaction, its END counting each table.
-    assert {"orders": 1, "order_lines": 2, "stock": 1} in [e.tables for e in ends.values()], ends
+    assert {"orders": 1, "order_lines": 2, "stock": 1} in [e["tables"] for e in ends.values()], ends
