@@ -12,7 +12,9 @@ GET /v1/subscribe?tables=a,b&operations=...&since=<cursor>
 
 Without ``since``, from each table's first change; ``since=now``, from after each table's last
 visible change. A change is ``{table, operation, key, before, after, order, source, sequence,
-metadata, committedAt, cursor}`` (``before`` and ``metadata`` as the producer sent them).
+metadata, transaction, committedAt, cursor}`` (``before`` and ``metadata`` as the producer sent
+them; ``transaction`` the source transaction's id, or null: a reader groups a transaction's
+changes by it).
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def _json(c: changes.Change, cursor: str) -> dict[str, Any]:
         "source": c.source,
         "sequence": c.sequence,
         "metadata": jsonable(c.metadata),
+        "transaction": c.transaction,
         "committedAt": jsonable(changes.when(c.committed_at_us)),
         "cursor": cursor,
     }

@@ -41,6 +41,7 @@ from spark_jobs.system import (
     OUTCOME,
     SEQ,
     SOURCE,
+    TRANSACTION,
     SimulatedCrash,
     ordering,
 )
@@ -69,6 +70,7 @@ def change_rows(classified: DataFrame, target: StructType) -> Build:
         F.col(OBJECT).alias(HISTORY_OBJECT),
         F.col(IMAGE_BEFORE).alias(history.BEFORE),
         F.col(METADATA).alias(history.METADATA),
+        F.col(TRANSACTION).alias(history.TRANSACTION),
     )
 
 

@@ -27,7 +27,21 @@ from spark_jobs.schema import (
     spellings,
     variant_json_type,
 )
-from spark_jobs.system import CARRIED, CORRUPT, IMAGE_BEFORE, KEY, METADATA, OBJECT, OP, ORDER, SEQ, SOURCE, TS, UNFIT
+from spark_jobs.system import (
+    CARRIED,
+    CORRUPT,
+    IMAGE_BEFORE,
+    KEY,
+    METADATA,
+    OBJECT,
+    OP,
+    ORDER,
+    SEQ,
+    SOURCE,
+    TRANSACTION,
+    TS,
+    UNFIT,
+)
 
 # A staged line's fields besides the after-image (cdclake.contracts.events.StagedEvent), as the job reads them.
 STAGED = StructType(
@@ -42,8 +56,8 @@ STAGED = StructType(
         # Objects read into a string column come as their JSON text (Spark's JSON reader).
         StructField("before", StringType()),
         StructField("metadata", StringType()),
-        # Read, not used yet: the transaction-aware publish (issue 31) will group by it; the
-        # apply decides each event as before (normalise does not carry it).
+        # Its id goes to the change history (_cdc_transaction); the apply decides each event as
+        # before, whatever transaction it is in.
         StructField(
             "transaction",
             StructType(
@@ -98,6 +112,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         after.alias("after"),
         text("before").alias(IMAGE_BEFORE),
         text("metadata").alias(METADATA),
+        (F.col("transaction.id") if "transaction" in raw.columns else F.lit(None)).cast("string").alias(TRANSACTION),
         *([CORRUPT] if CORRUPT in raw.columns else []),
     )
 

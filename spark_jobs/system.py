@@ -24,8 +24,9 @@ SEEN = "_cdc_w_seen"  # an earlier run already logged this event (accepted or qu
 UNFIT = "_cdc_w_unfit"  # why an event's reserved top-level names cannot be columns
 IMAGE_BEFORE = "_cdc_w_before"  # the event's before image, JSON text, for the change history
 METADATA = "_cdc_w_metadata"  # the event's metadata, JSON text, for the change history
+TRANSACTION = "_cdc_w_transaction"  # the event's source transaction id, for the change history
 # Carried unchanged from the read to the change history (and the counts), past every step.
-CARRIED = (COPIES, CORRUPT, IMAGE_BEFORE, METADATA)
+CARRIED = (COPIES, CORRUPT, IMAGE_BEFORE, METADATA, TRANSACTION)
 WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, SEEN, UNFIT, PAIR, PRESENT, *CARRIED)
 
 CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")

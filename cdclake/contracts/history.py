@@ -23,7 +23,10 @@ HISTORY_OBJECT = "_cdc_object"  # the staging object the event came in (also in 
 # Histories written before these existed lack them; readers take them as NULL.
 BEFORE = "_cdc_before"
 METADATA = "_cdc_metadata"
-HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT, BEFORE, METADATA)
+# The id of the source transaction the event belongs to (its ``transaction.id``), NULL when the
+# producer sent none: the change feed groups by it. Histories written before it lack it (NULL).
+TRANSACTION = "_cdc_transaction"
+HISTORY_COLUMNS = (OPERATION, OUTCOME, COMMITTED_AT, HISTORY_OBJECT, BEFORE, METADATA, TRANSACTION)
 
 # The quarantine (``<table>__quarantine``): per quarantined event, its system columns (not ORDER),
 # OPERATION, HISTORY_OBJECT and these. Quarantines written before EVENT existed lack it (and the

@@ -48,6 +48,7 @@ class Change:
     committed_at_us: int
     before: dict[str, Any] | None = None  # the producer's before image, as it sent it
     metadata: dict[str, Any] | None = None  # the producer's metadata (Debezium: source position, ...)
+    transaction: str | None = None  # the source transaction's id, when the producer sent one
 
     @property
     def position(self) -> Position:
@@ -158,6 +159,7 @@ def _changes(table: str, rows: list[dict[str, Any]], wm: Watermark) -> list[Chan
                 _micros(at),
                 _json(r.get(h.BEFORE)),
                 _json(r.get(h.METADATA)),
+                r.get(h.TRANSACTION),
             )
         )
     return out

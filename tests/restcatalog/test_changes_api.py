@@ -325,3 +325,26 @@ def test_the_feed_needs_the_right_to_read_each_table(tmp_path: Path) -> None:
         r = api.get("/v1/changes", params={"tables": "customers,orders"}, headers=app)
         assert r.status_code == 403 and "may not read cdc.orders" in r.text
         assert api.get("/v1/subscribe", params={"tables": "orders"}, headers=app).status_code == 403
+
+
+@pytest.mark.spark
+def test_each_change_carries_its_source_transaction(spark: Any, spark_home: Path) -> None:
+    """A change's ``transaction`` is the id its producer gave the event (per event, or the whole
+    batch's shorthand), null without one; two tables of one transaction share it."""
+    settings = fresh_settings(spark_home)
+
+    def ev(seq: int, table: str, key: int, tx: str | None = None) -> dict[str, Any]:
+        e: dict[str, Any] = {"sequence": seq, "timestamp": 1_700_000_000_000 + seq, "operation": "INSERT"}
+        e |= {"table": table, "rowId": str(key), "after": {"id": key, "n": seq}}
+        return e | ({"transaction": {"id": tx}} if tx else {})
+
+    whole = {"source": "shop", "sequenceNumber": 1, "transaction": "t-1", "events": [ev(1, "ta", 1), ev(2, "tb", 1)]}
+    mixed = {"source": "shop", "sequenceNumber": 2, "events": [ev(3, "ta", 2, "t-2"), ev(4, "tb", 2), ev(5, "ta", 3)]}
+    stage(settings, [whole, mixed])
+    apply_all(spark, settings)
+    want = {1: "t-1", 2: "t-1", 3: "t-2", 4: None, 5: None}  # by sequence: what was sent
+    with TestClient(create_app(settings)) as api:
+        r = api.get("/v1/changes", params={"tables": "ta,tb", "limit": 100})
+    assert r.status_code == 200, r.text
+    got = {e["sequence"]: e["transaction"] for e in r.json()["changes"]}
+    assert got == want
