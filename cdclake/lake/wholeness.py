@@ -173,6 +173,9 @@ class Landing:
     missing: list[str]
     """Objects a newest receipt names that do not exist: still being written (or cleaned up)."""
 
+    def verdict(self) -> Verdict:
+        return whole(self.markers, self.objects)
+
 
 _marker_decoder = msgspec.json.Decoder(StagedMarker)
 
