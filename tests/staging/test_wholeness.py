@@ -5,11 +5,14 @@ the same against a brute-force model over random landings."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cdclake.contracts.events import StagedMarker
 from cdclake.lake import positions
 from cdclake.lake.wholeness import Holding, whole
+from cdclake.staging.receipts import Receipt, decode_receipt, encode_receipt
 
 
 def end(tx: str, tables: dict[str, int] | None, position: str | None = None, count: int | None = None) -> StagedMarker:
@@ -136,3 +139,13 @@ def test_holding_spreads_against_the_order_objects_are_visited_in() -> None:
     v = whole([begin("t0"), end("t1", {"a": 1, "z": 1}), end("t2", {"a": 1})], objs)
     assert v.whole == set() and v.publishable == set()
     assert v.held["t2"].detail == "shares a/1 with held transaction t1"
+
+
+def test_a_receipt_without_counts_reads_as_before_and_none_are_written_when_there_are_none() -> None:
+    old = b'{"source":"a","sequenceNumber":1,"generation":0,"landedMs":5,"digest":"d","events":1,"keys":["t/x"]}'
+    r = decode_receipt(old)
+    assert r.transactions is None and r.owner == "" and r.types is None
+    assert b"transactions" not in encode_receipt(r)
+    counted = Receipt("a", 1, 0, 5, "d", 1, ["t/x"], "h:1:1", None, {"t": {"tx": 1}})
+    assert json.loads(encode_receipt(counted))["transactions"] == {"t": {"tx": 1}}
+    assert decode_receipt(encode_receipt(counted)) == counted
