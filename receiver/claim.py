@@ -114,8 +114,9 @@ class Claims:
         taken over when its claim died (:data:`IN_FLIGHT_S`)."""
         now_ms = self.store_clock.upper_ms()
         keys = [staging.make_key(t, p.source, p.sequence_number, now_ms) for t in sorted(p.objects)]
+        paths = [k.path for k in keys]
         receipt = Receipt(
-            p.source, p.sequence_number, 0, now_ms, p.digest, p.events, [k.path for k in keys], self.owner, p.types
+            p.source, p.sequence_number, 0, now_ms, p.digest, p.events, paths, self.owner, p.types, p.transactions
         )
         for _ in range(ATTEMPTS):
             path = staging.receipt_path(p.source, p.sequence_number, receipt.generation)
@@ -160,5 +161,6 @@ class Claims:
             [k.path for k in keys],
             self.owner,
             p.types,
+            p.transactions,
         )
         return receipt, keys

@@ -29,6 +29,9 @@ class Prepared:
     types: dict[str, Any] | None = None
     """Per table, its object's JSON types (:func:`cdclake.contracts.events.stage_types`), for the
     receipt: the apply reads the object with them instead of inferring."""
+    transactions: dict[str, dict[str, int]] | None = None
+    """Per table, its object's distinct events per source transaction (:func:`transaction_counts`),
+    for the receipt: what decides a transaction is whole without reading the objects."""
 
     @classmethod
     def from_batch(cls, batch: Batch, by_identity: bool = False) -> Prepared:
@@ -48,7 +51,8 @@ class Prepared:
             digest = "ids:" + hashlib.sha256(ids.encode()).hexdigest()
         else:
             digest = content_digest(objects)
-        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest, stage_types(batch))
+        counts = transaction_counts(batch)
+        return cls(batch.source, batch.sequenceNumber, len(batch.events), objects, digest, stage_types(batch), counts)
 
     @property
     def tables(self) -> list[str]:
@@ -61,6 +65,28 @@ class Landed:
     status: Status
     paths: list[str]
     """Where the events are: object URIs, or the spool file for ``fallback``."""
+
+
+def transaction_counts(batch: Batch) -> dict[str, dict[str, int]] | None:
+    """Per table (lower-cased, as staged), how many distinct events of each source transaction
+    the batch's object holds; None when no event is in a transaction.
+
+    Distinct as the apply sees them: it keeps one delivery of each (source, sequence) of a table
+    (``spark_jobs.read.drop_exact_duplicates``), so a transaction's END counts each of its events
+    once and an event listed twice in a batch must count once too, or the transaction would look
+    over-full. The first copy's transaction is the one counted (the apply keeps one copy; a
+    producer that sends one sequence under two transactions is wrong either way)."""
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, dict[str, int]] = {}
+    for ev in batch.events:
+        table = ev.table.lower()
+        if (table, ev.sequence) in seen:
+            continue
+        seen.add((table, ev.sequence))
+        if ev.transaction is not None:
+            counts = out.setdefault(table, {})
+            counts[ev.transaction.id] = counts.get(ev.transaction.id, 0) + 1
+    return out or None
 
 
 def content_digest(objects: dict[str, bytes]) -> str:

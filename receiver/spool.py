@@ -20,6 +20,9 @@ class Spooled(msgspec.Struct):
     events: int
     objects: dict[str, str]
     types: dict[str, Any] | None = None
+    transactions: dict[str, dict[str, int]] | None = None
+    """:attr:`Prepared.transactions`: without it the drained batch's receipt would count no
+    events of its transactions, and they would never look whole."""
 
 
 _spool_decoder = msgspec.json.Decoder(Spooled)
@@ -38,7 +41,7 @@ class Spool:
 
     def put(self, p: Prepared) -> tuple[bool, str]:
         objects = {t: d.decode() for t, d in p.objects.items()}
-        rec = Spooled(p.source, p.sequence_number, p.digest, p.events, objects, p.types)
+        rec = Spooled(p.source, p.sequence_number, p.digest, p.events, objects, p.types, p.transactions)
         path = self.path(p.source, p.sequence_number)
         return self.store.put_if_absent(path, msgspec.json.encode(rec)), str(self.root / path)
 
@@ -51,7 +54,12 @@ class Spool:
             for f in sorted(src.glob("*.json")):
                 rec = _spool_decoder.decode(f.read_bytes())
                 objects = {t: d.encode() for t, d in rec.objects.items()}
-                yield f, Prepared(rec.source, rec.sequenceNumber, rec.events, objects, rec.digest, rec.types)
+                yield (
+                    f,
+                    Prepared(
+                        rec.source, rec.sequenceNumber, rec.events, objects, rec.digest, rec.types, rec.transactions
+                    ),
+                )
 
     def last_sequence(self, source: str) -> int | None:
         names = self.store.list_names(f"{source}/")

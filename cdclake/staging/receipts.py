@@ -39,10 +39,11 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
     return (int(m["seq"]), int(m["gen"])) if m else None
 
 
-class Receipt(msgspec.Struct):
+class Receipt(msgspec.Struct, omit_defaults=True):
     """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.claim`),
-    read back there, by the apply (:func:`recorded_types`) and by the clean-up
-    (:mod:`cdclake.lake.cleanup`)."""
+    read back there, by the apply (:func:`recorded_types`), by the clean-up
+    (:mod:`cdclake.lake.cleanup`) and by :mod:`cdclake.lake.wholeness`. Fields at their default
+    are left out (an older reader fills them in from its own defaults)."""
 
     source: str
     sequenceNumber: int
@@ -60,6 +61,11 @@ class Receipt(msgspec.Struct):
     """Per table, the JSON types of the batch's object for it
     (:func:`cdclake.contracts.jsontypes.record`): the apply reads objects with them instead of
     inferring. None (an older receiver): the apply infers."""
+    transactions: dict[str, dict[str, int]] | None = None
+    """Per table object, how many distinct events (as the apply counts them: an exact duplicate
+    once) it holds of each source transaction, ``{table: {transaction id: events}}``; None when
+    the batch has no event in a transaction (or an older receiver landed it). What
+    :mod:`cdclake.lake.wholeness` judges a transaction's completeness by, without reading objects."""
 
 
 _receipt_decoder = msgspec.json.Decoder(Receipt)

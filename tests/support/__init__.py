@@ -42,7 +42,9 @@ def stage(
         if receipts:
             ms = batch_keys[0].landed_ms
             paths = [k.path for k in batch_keys]
-            receipt = staging.Receipt(p.source, p.sequence_number, 0, ms, p.digest, p.events, paths, "", p.types)
+            receipt = staging.Receipt(
+                p.source, p.sequence_number, 0, ms, p.digest, p.events, paths, "", p.types, p.transactions
+            )
             store.put_if_absent(staging.receipt_path(p.source, p.sequence_number), staging.encode_receipt(receipt))
         for key in batch_keys:
             store.put(key, p.objects[key.table])
