@@ -1,0 +1,255 @@
+"""One catalog commit that publishes snapshots staged on several tables, all or none.
+
+A writer stages a snapshot on each table (Spark write-audit-publish: ``write.wap.enabled`` and
+``spark.wap.id``; the snapshot is in the table's metadata, its ``main`` ref untouched). Here every
+table's ``main`` moves to its staged snapshot in ONE database transaction over the catalog's
+``iceberg_tables`` rows, each row by compare-and-swap on its metadata location (what Iceberg
+Java's JdbcTableOperations and pyiceberg's SqlCatalog do per table, so a concurrent Spark commit
+and this publish cannot both win). Iceberg's JDBC catalog has no multi-table commit; the rows in
+one transaction are the one place where all tables can move at once.
+
+Each table's new metadata file is its current one's JSON with only the fields a ref move changes
+(``refs``, ``current-snapshot-id``, ``last-updated-ms``, ``snapshot-log``, ``metadata-log``);
+everything else is copied as it is. Not through pyiceberg's model: pyiceberg 0.12 cannot write
+format v3 metadata (iceberg-python #1551), our CDC tables are v3, and its rewrite of a
+Java-written v2 file changes fields a ref move does not touch (design note 31).
+
+Every table's log entry gets the same timestamp, so ``TIMESTAMP AS OF`` sees all of a publish
+or none of it. A publish is refused (:class:`CommitFailedException`, which the apply's conflict
+retry re-runs) when a table's ``main`` is no longer the snapshot its staged write was based on:
+a publish checked against whatever main is now would silently drop the commits made in between
+(measured in the spike). Refused or failed before the commit, the files it wrote are deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cdclake.config.settings import Settings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+
+Identifier = tuple[str, str]  # (namespace, table name)
+Move = tuple[int, int | None]  # (staged snapshot id, the main it was based on; None: no snapshot yet)
+MAIN = "main"
+WAP_ID = "wap.id"  # the summary property Iceberg gives a snapshot staged under spark.wap.id
+WAP_ENABLED = "write.wap.enabled"
+_KEEP_LOG = "write.metadata.previous-versions-max"
+_KEEP_LOG_DEFAULT = 100  # Iceberg's default for the property above
+
+
+@dataclass(frozen=True)
+class _Planned:
+    ident: Identifier
+    old: str  # the metadata location the row must still hold
+    new: str  # the location written here
+    io: FileIO
+
+
+def publish_tables(settings: Settings, moves: Mapping[str, Move], **hooks: Any) -> dict[str, str]:
+    """:func:`publish` for tables of the settings' namespace, by name; their new locations by name."""
+    from cdclake.lake.catalog import open_catalog
+
+    done = publish(open_catalog(settings), {(settings.namespace, t): m for t, m in moves.items()}, **hooks)
+    return {ident[1]: loc for ident, loc in done.items()}
+
+
+def publish(
+    catalog: SqlCatalog,
+    moves: Mapping[Identifier, Move],
+    before_swap: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> dict[Identifier, str]:
+    """Move each table's ``main`` to its staged snapshot, all tables or none; their new metadata
+    locations. ``before_swap`` runs between writing the files and the transaction (tests inject a
+    concurrent commit there)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    if not moves:
+        return {}
+    current = _locations(catalog, list(moves))
+    metas = {ident: _read(_io(catalog, loc), loc) for ident, loc in current.items()}
+    # One timestamp for every table, never before a table's own last update (Iceberg refuses a
+    # log that goes back in time).
+    now_ms = max([int(clock() * 1000), *(int(m.get("last-updated-ms", 0)) for m in metas.values())])
+    written: list[_Planned] = []
+    committing = False
+    try:
+        for ident, move in moves.items():
+            new = patched(metas[ident], current[ident], ident, move, now_ms)
+            written.append(_write(catalog, ident, current[ident], new))
+        if before_swap is not None:
+            before_swap()
+        with _session(catalog) as session:
+            for p in written:
+                _swap(catalog, session, p)
+            committing = True  # from here the outcome is unknown if it fails: keep the files
+            session.commit()
+    except BaseException as exc:
+        if not committing or isinstance(exc, CommitFailedException):
+            _delete(written)
+        raise
+    return {p.ident: p.new for p in written}
+
+
+def staged_snapshot(table: Table, wap_id: str) -> Move | None:
+    """The snapshot staged in ``table`` under ``wap_id`` and its parent; None if there is none.
+    Two would mean the id was used for two writes, which stage side by side on the same main and
+    cannot both be published: refused."""
+    found = [
+        s
+        for s in table.metadata.snapshots
+        if s.summary is not None and s.summary.additional_properties.get(WAP_ID) == wap_id
+    ]
+    if len(found) > 1:
+        raise ValueError(f"{len(found)} snapshots staged under one write-audit-publish id {wap_id!r}")
+    return (found[0].snapshot_id, found[0].parent_snapshot_id) if found else None
+
+
+def main_of(meta: Mapping[str, Any]) -> int | None:
+    """The snapshot ``main`` names in raw table metadata; None for a table without one."""
+    ref = (meta.get("refs") or {}).get(MAIN)
+    sid = ref.get("snapshot-id") if ref else meta.get("current-snapshot-id")
+    return None if sid is None or sid == -1 else int(sid)
+
+
+def patched(meta: dict[str, Any], old: str, ident: Identifier, move: Move, now_ms: int) -> dict[str, Any]:
+    """``meta`` with ``main`` on the staged snapshot: the five fields a ref move changes, the
+    rest as it is. Raises CommitFailedException when ``main`` is not the expected one, or the
+    staged snapshot is gone (expired) or does not descend from it."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    sid, expected = move
+    name = ".".join(ident)
+    main = main_of(meta)
+    if main != expected:
+        raise CommitFailedException(
+            f"Requirement failed: {name}: branch main has changed: expected {expected}, is {main}"
+        )
+    line = _ancestry(meta, sid)
+    if not line:
+        raise CommitFailedException(f"{name}: snapshot {sid} is not in the table (expired?)")
+    if expected is not None and expected not in line:
+        raise CommitFailedException(f"{name}: snapshot {sid} does not descend from main {expected}")
+    refs = dict(meta.get("refs") or {})
+    refs[MAIN] = {**refs.get(MAIN, {}), "snapshot-id": sid, "type": "branch"}
+    keep = int((meta.get("properties") or {}).get(_KEEP_LOG, _KEEP_LOG_DEFAULT))
+    metadata_log = [*meta.get("metadata-log", []), {"timestamp-ms": meta["last-updated-ms"], "metadata-file": old}]
+    return {
+        **meta,
+        "refs": refs,
+        "current-snapshot-id": sid,
+        "last-updated-ms": now_ms,
+        "snapshot-log": [*meta.get("snapshot-log", []), {"timestamp-ms": now_ms, "snapshot-id": sid}],
+        "metadata-log": metadata_log[-keep:] if keep > 0 else [],
+    }
+
+
+def _ancestry(meta: Mapping[str, Any], sid: int) -> list[int]:
+    by_id = {s["snapshot-id"]: s for s in meta.get("snapshots", [])}
+    out: list[int] = []
+    snap = by_id.get(sid)
+    while snap is not None and len(out) <= len(by_id):  # the bound: a cycle in a corrupt file
+        out.append(snap["snapshot-id"])
+        snap = by_id.get(snap.get("parent-snapshot-id"))
+    return out
+
+
+def _locations(catalog: SqlCatalog, idents: list[Identifier]) -> dict[Identifier, str]:
+    """The tables' current metadata locations, in one read of the catalog rows."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from pyiceberg.exceptions import NoSuchTableError
+    from sqlalchemy import and_, or_, select
+
+    t = IcebergTables
+    wanted = or_(*(and_(t.table_namespace == ns, t.table_name == name) for ns, name in idents))
+    with _session(catalog) as session:
+        rows = session.execute(
+            select(t.table_namespace, t.table_name, t.metadata_location).where(t.catalog_name == catalog.name, wanted)
+        ).all()
+    found = {(ns, name): loc for ns, name, loc in rows if loc}
+    missing = [".".join(i) for i in idents if i not in found]
+    if missing:
+        raise NoSuchTableError(f"Tables do not exist: {', '.join(missing)}")
+    return found
+
+
+def _swap(catalog: SqlCatalog, session: Any, p: _Planned) -> None:
+    from pyiceberg.catalog.sql import IcebergTables as t
+    from pyiceberg.exceptions import CommitFailedException
+    from sqlalchemy import update
+
+    ns, name = p.ident
+    result = session.execute(
+        update(t)
+        .where(
+            t.catalog_name == catalog.name,
+            t.table_namespace == ns,
+            t.table_name == name,
+            t.metadata_location == p.old,
+        )
+        .values(metadata_location=p.new, previous_metadata_location=p.old)
+    )
+    if result.rowcount < 1:  # the whole transaction rolls back: no table moves
+        raise CommitFailedException(f"Table has been updated by another process: {ns}.{name}")
+
+
+def _session(catalog: SqlCatalog) -> Any:
+    from sqlalchemy.orm import Session
+
+    return Session(catalog.engine)
+
+
+def _io(catalog: SqlCatalog, location: str) -> FileIO:
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(catalog.properties), location)
+
+
+def _read(io: FileIO, location: str) -> dict[str, Any]:
+    with io.new_input(location).open() as stream:
+        data = stream.read()
+    if data[:2] == b"\x1f\x8b":  # a .gz.metadata.json (write.metadata.compression-codec=gzip)
+        data = gzip.decompress(data)
+    meta: dict[str, Any] = json.loads(data)
+    return meta
+
+
+def _next_location(old: str) -> str:
+    """The next version's name beside ``old``, as Iceberg names them: ``NNNNN-<uuid>.metadata.json``."""
+    head, name = old.rsplit("/", 1)
+    m = re.match(r"^(\d+)-.*?((?:\.gz)?\.metadata\.json)$", name)
+    version, suffix = (int(m.group(1)) + 1, m.group(2)) if m else (0, ".metadata.json")
+    return f"{head}/{version:05d}-{uuid.uuid4()}{suffix}"
+
+
+def _write(catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any]) -> _Planned:
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    text = json.dumps(meta)
+    TableMetadataUtil.parse_raw(text)  # still valid table metadata, or nothing is written
+    new = _next_location(old)
+    io = _io(catalog, new)
+    with io.new_output(new).create(overwrite=False) as stream:
+        raw = text.encode()
+        stream.write(gzip.compress(raw) if new.endswith(".gz.metadata.json") else raw)
+    return _Planned(ident, old, new, io)
+
+
+def _delete(written: list[_Planned]) -> None:
+    """Files no catalog row will ever name; one left behind (this process died) is an orphan the
+    orphan-file clean-up removes."""
+    for p in written:
+        with contextlib.suppress(OSError):
+            p.io.delete(p.new)

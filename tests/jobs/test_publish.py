@@ -1,0 +1,200 @@
+"""cdclake/lake/publish.py: snapshots staged by Spark (write-audit-publish) on several tables,
+published in one catalog transaction, all or none; format v2 and v3; Spark reads the result and
+commits on top of it; a publish whose base is no longer main is refused. Rows are checked
+against a plain dict model of each table."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import CommitFailedException
+
+from cdclake.config.settings import Settings
+from cdclake.lake.catalog import load_table, open_catalog
+from cdclake.lake.publish import WAP_ENABLED, main_of, patched, publish_tables, staged_snapshot
+from cdclake.lake.spark import table_ident
+from tests.support import fresh_settings
+
+Model = dict[int, str]
+
+
+def make(spark: Any, settings: Settings, name: str, version: int) -> Model:
+    ident = table_ident(settings, name)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ident.rsplit('.', 1)[0]}")
+    spark.sql(
+        f"""CREATE TABLE {ident} (id bigint, v string) USING iceberg TBLPROPERTIES ('format-version'='{version}',
+            'write.merge.mode'='merge-on-read', 'write.delete.mode'='merge-on-read', '{WAP_ENABLED}'='true')"""
+    )
+    spark.sql(f"INSERT INTO {ident} SELECT id, concat('v', id) FROM range(0, 20)")
+    return {i: f"v{i}" for i in range(20)}
+
+
+def merge(spark: Any, settings: Settings, name: str, model: Model, lo: int, hi: int, tag: str) -> Model:
+    """Upsert ids lo..hi-1 with value tag-<id>; the model after it."""
+    spark.sql(f"SELECT id, concat('{tag}-', id) AS v FROM range({lo}, {hi})").createOrReplaceTempView("pub_src")
+    spark.sql(
+        f"""MERGE INTO {table_ident(settings, name)} t USING pub_src s ON t.id = s.id
+            WHEN MATCHED THEN UPDATE SET t.v = s.v WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"""
+    )
+    return {**model, **{i: f"{tag}-{i}" for i in range(lo, hi)}}
+
+
+def rows(spark: Any, settings: Settings, name: str) -> Model:
+    return {r["id"]: r["v"] for r in spark.table(table_ident(settings, name)).collect()}
+
+
+def main_id(settings: Settings, name: str) -> int | None:
+    t = load_table(settings, name)
+    assert t is not None
+    snap = t.current_snapshot()
+    return snap.snapshot_id if snap else None
+
+
+def metadata_files(settings: Settings, name: str) -> set[str]:
+    t = load_table(settings, name)
+    assert t is not None
+    folder = Path(t.metadata.location.removeprefix("file:")) / "metadata"
+    return {p.name for p in folder.glob("*.metadata.json")}
+
+
+@pytest.fixture()
+def wap(spark: Any) -> Iterator[Any]:
+    """Stage the writes in the block under one write-audit-publish id."""
+
+    def under(wap_id: str) -> Any:
+        spark.conf.set("spark.wap.id", wap_id)
+        return wap_id
+
+    yield under
+    spark.conf.unset("spark.wap.id")
+
+
+def stage_both(spark: Any, settings: Settings, models: dict[str, Model], wap: Any, tag: str) -> dict[str, Any]:
+    """A MERGE into a, a MERGE into b, staged under one id; the moves and the models after."""
+    before = {n: main_id(settings, n) for n in models}
+    wap_id = wap(f"run-{tag}")
+    after = {n: merge(spark, settings, n, models[n], 15, 25, f"{tag}{n}") for n in models}
+    spark.conf.unset("spark.wap.id")
+    moves = {}
+    for n in models:
+        t = load_table(settings, n)
+        assert t is not None
+        found = staged_snapshot(t, wap_id)
+        assert found is not None and found[1] == before[n]  # staged on main, main untouched
+        assert main_id(settings, n) == before[n]
+        moves[n] = (found[0], before[n])
+    return {"moves": moves, "after": after}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("version", [2, 3])
+def test_one_publish_moves_every_table_and_spark_commits_on_top(
+    spark: Any, spark_home: Path, wap: Any, version: int
+) -> None:
+    settings = fresh_settings(spark_home)
+    models = {n: make(spark, settings, n, version) for n in ("a", "b")}
+    staged = stage_both(spark, settings, models, wap, "x")
+    assert {n: rows(spark, settings, n) for n in models} == models  # nothing visible before the publish
+    publish_tables(settings, staged["moves"])
+    models = staged["after"]
+    assert {n: rows(spark, settings, n) for n in models} == models
+    logs = {n: load_table(settings, n).metadata.snapshot_log[-1] for n in models}  # type: ignore[union-attr]
+    assert {n: e.snapshot_id for n, e in logs.items()} == {n: m[0] for n, m in staged["moves"].items()}
+    assert len({e.timestamp_ms for e in logs.values()}) == 1  # one time for the whole publish
+    # A plain commit (a MERGE with deletion vectors on v3) on top of the patched metadata.
+    models["a"] = merge(spark, settings, "a", models["a"], 0, 30, "later")
+    spark.sql(f"DELETE FROM {table_ident(settings, 'a')} WHERE id < 3")
+    models["a"] = {k: v for k, v in models["a"].items() if k >= 3}
+    assert {n: rows(spark, settings, n) for n in models} == models
+    t = load_table(settings, "a")
+    assert t is not None and t.metadata.format_version == version
+    assert {r["id"] for r in t.scan().to_arrow().to_pylist()} == set(models["a"])  # pyiceberg reads it too
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_refused_swap_on_one_table_moves_none(spark: Any, spark_home: Path, wap: Any, version: int) -> None:
+    settings = fresh_settings(spark_home)
+    models = {n: make(spark, settings, n, version) for n in ("a", "b")}
+    staged = stage_both(spark, settings, models, wap, "y")
+    files = {n: metadata_files(settings, n) for n in models}
+    rows_a = open_catalog(settings).load_table((settings.namespace, "a")).metadata_location
+
+    def race() -> None:  # b's row moves after the files are written, before the transaction
+        spark.sql(f"INSERT INTO {table_ident(settings, 'b')} VALUES (100, 'race')")
+
+    with pytest.raises(CommitFailedException):
+        publish_tables(settings, staged["moves"], before_swap=race)
+    models["b"] = {**models["b"], 100: "race"}
+    assert open_catalog(settings).load_table((settings.namespace, "a")).metadata_location == rows_a
+    assert {n: rows(spark, settings, n) for n in models} == models  # a not moved though its swap matched
+    raced = open_catalog(settings).load_table((settings.namespace, "b")).metadata_location.rsplit("/", 1)[1]
+    files["b"].add(raced)  # the racing commit's file; the publish's own are gone
+    assert {n: metadata_files(settings, n) for n in models} == files
+    # The retry: staged again on the new main, published.
+    again = stage_both(spark, settings, models, wap, "z")
+    publish_tables(settings, again["moves"])
+    assert {n: rows(spark, settings, n) for n in models} == again["after"]
+
+
+@pytest.mark.spark
+def test_a_publish_whose_base_is_no_longer_main_is_refused(spark: Any, spark_home: Path, wap: Any) -> None:
+    settings = fresh_settings(spark_home)
+    models = {"a": make(spark, settings, "a", 3)}
+    staged = stage_both(spark, settings, models, wap, "p")
+    spark.sql(f"INSERT INTO {table_ident(settings, 'a')} VALUES (200, 'meanwhile')")  # another writer commits
+    models["a"] = {**models["a"], 200: "meanwhile"}
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        publish_tables(settings, staged["moves"])
+    # Against main as it is now (a blind publish) it would drop the row committed meanwhile: refused.
+    sid = staged["moves"]["a"][0]
+    with pytest.raises(CommitFailedException, match="does not descend"):
+        publish_tables(settings, {"a": (sid, main_id(settings, "a"))})
+    assert rows(spark, settings, "a") == models["a"]
+
+
+META: dict[str, Any] = {
+    "format-version": 3,
+    "last-updated-ms": 1000,
+    "current-snapshot-id": 1,
+    "refs": {"main": {"snapshot-id": 1, "type": "branch", "max-ref-age-ms": 5}},
+    "snapshots": [
+        {"snapshot-id": 1, "timestamp-ms": 900},
+        {"snapshot-id": 2, "parent-snapshot-id": 1, "timestamp-ms": 950},
+        {"snapshot-id": 3, "timestamp-ms": 960},
+    ],
+    "snapshot-log": [{"timestamp-ms": 900, "snapshot-id": 1}],
+    "metadata-log": [{"timestamp-ms": 800, "metadata-file": "m0"}],
+    "next-row-id": 77,
+    "properties": {"write.metadata.previous-versions-max": "1"},
+}
+
+
+def test_the_patch_changes_only_what_a_ref_move_changes() -> None:
+    meta = copy.deepcopy(META)
+    new = patched(meta, "m1", ("ns", "a"), (2, 1), 2000)
+    assert meta == META  # the input is not changed
+    assert {k for k in new if new[k] != META.get(k)} == {
+        "refs",
+        "current-snapshot-id",
+        "last-updated-ms",
+        "snapshot-log",
+        "metadata-log",
+    }
+    assert new["refs"]["main"] == {"snapshot-id": 2, "type": "branch", "max-ref-age-ms": 5}
+    assert new["snapshot-log"][-1] == {"timestamp-ms": 2000, "snapshot-id": 2}
+    assert new["metadata-log"] == [{"timestamp-ms": 1000, "metadata-file": "m1"}]  # kept: 1 version
+    assert main_of(new) == 2 and main_of({"current-snapshot-id": -1}) is None
+
+
+@pytest.mark.parametrize(
+    ("move", "why"),
+    [((2, 5), "branch main has changed"), ((9, 1), "not in the table"), ((3, 1), "does not descend")],
+)
+def test_the_patch_refuses_a_changed_main_a_lost_or_unrelated_snapshot(move: tuple[int, int], why: str) -> None:
+    with pytest.raises(CommitFailedException, match=why):
+        patched(copy.deepcopy(META), "m1", ("ns", "a"), move, 2000)
