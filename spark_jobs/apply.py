@@ -3,19 +3,20 @@
 infer the run's JSON types -> read staging again, each value parsed straight into its column's
 table type (a value that does not convert quarantines its event) -> normalise -> drop exact
 duplicates -> events an earlier run already logged are duplicates -> newest event per key ->
-classify against the table and its tombstones (applied / superseded / late / duplicate) -> commit,
-each commit carrying its own consumed-staging watermark:
+classify against the table and its tombstones (applied / superseded / late / duplicate) -> stage
+the writes, each carrying its own consumed-staging watermark -> publish them in ONE catalog commit:
 
 1. ``<table>__quarantine``  events whose values do not fit the table, with the reason (append)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
 3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them
-4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
+4. ``<table>``              MERGE of the applied events + watermark + accounting
 
-Steps 1-3 run before 4 and each skips objects its own watermark already holds, so a crash at any
-point followed by a re-run gives the same tables: the re-run first finishes exactly the crashed
-run's objects (those a side table's watermark holds and the table's does not), objects that
-landed since wait for the next run. Re-running on the same staging data finds nothing pending
-and commits nothing.
+The writes are staged (:mod:`spark_jobs.stage`, Iceberg write-audit-publish) and published
+together (:mod:`cdclake.lake.publish`): a crash before the publish leaves every table as it was
+(the staged snapshots are in no table's history; expiry removes them), after it every table
+holds the run. So a re-run after a crash anywhere gives the same tables, and a re-run on the
+same staging data finds nothing pending and commits nothing. A table an older cdclake left with
+its side tables committed ahead of it is finished first (:mod:`spark_jobs.pending`).
 
 The steps live in their own modules: :mod:`spark_jobs.pending` (what this run consumes),
 :mod:`spark_jobs.read`, :mod:`spark_jobs.table` (the table's schema and options),
@@ -35,10 +36,12 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from cdclake.config.settings import Settings, load
 from cdclake.config.tables import load_table_config
@@ -47,14 +50,15 @@ from cdclake.contracts.watermark import phase_properties, total_properties
 from cdclake.lake.catalog import applied_summary
 from cdclake.lake.locks import table_lock
 from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
-from spark_jobs.decide import account, decide, mark_seen, narrow_join, settle
+from spark_jobs.decide import Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
 from spark_jobs.maintain import refresh_tables
-from spark_jobs.pending import SIDE_TABLES, list_pending
+from spark_jobs.pending import SIDE_TABLES, Pending, list_pending
 from spark_jobs.read import drop_exact_duplicates, flatten, read_events
 from spark_jobs.retyped import needed
-from spark_jobs.system import COPIES, OUTCOME, crash
+from spark_jobs.stage import Stage
+from spark_jobs.system import COPIES, OLDER_AUX_CRASH, OUTCOME, SimulatedCrash, crash
 from spark_jobs.table import ensure_table
 
 APPLY_LOCK_TTL_S = 120.0
@@ -124,19 +128,52 @@ def apply_table(
         phases.end("count")
 
         crash("before-write", crash_at)
-        log_decisions(p, quarantined, classified, target, tally)
-        crash("after-aux", crash_at)
-        phases.end("side_tables")
-
-        with Commit(spark, metrics_properties(settings, table, tally.counts, phases.seconds)):
-            commit_table(p, classified.where(F.col(OUTCOME) == "applied"), target, fitted.unavailable, tally, crash_at)
-        crash("after-commit", crash_at)
-        phases.end("merge")
+        write_and_publish(p, Decided(quarantined, classified, target, tally, fitted.unavailable), phases, crash_at)
+        # After the publish, as its own commit: a second write of the table cannot stage under the
+        # run's id (it would not see the MERGE), and the backfill is safe to redo (spark_jobs.backfill).
         fill_defaults(spark, settings, table, result)
     finally:
         fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
     return result
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a run writes: its quarantined and classified events, the table's schema, the counts."""
+
+    quarantined: DataFrame
+    classified: DataFrame
+    target: StructType
+    tally: Tally
+    unavailable: list[str]
+
+
+def write_and_publish(p: Pending, d: Decided, phases: Phases, crash_at: str | None) -> None:
+    """Stage the side tables' and the table's writes under the run's id, then publish them all in
+    one catalog commit (:mod:`spark_jobs.stage`)."""
+    spark, settings, table = p.run.spark, p.run.settings, p.run.table
+    staged = Stage.for_run(spark, settings, table)
+    log_decisions(p, d.quarantined, d.classified, d.target, d.tally, staged)
+    _crash_after_side_tables(staged, crash_at)
+    phases.end("side_tables")
+    with Commit(spark, metrics_properties(settings, table, d.tally.counts, phases.seconds)):
+        applied = d.classified.where(F.col(OUTCOME) == "applied")
+        commit_table(p, applied, d.target, d.unavailable, d.tally, staged, crash_at)
+    crash("after-stage", crash_at)
+    phases.end("merge")
+    staged.publish()
+    crash("after-commit", crash_at)
+    phases.end("publish")
+
+
+def _crash_after_side_tables(staged: Stage, crash_at: str | None) -> None:
+    """The test crash between the side tables and the table; with :data:`OLDER_AUX_CRASH` the side
+    tables are published first, the state an older cdclake's crash there left."""
+    if crash_at == OLDER_AUX_CRASH:
+        staged.publish()
+        raise SimulatedCrash(crash_at)
+    crash("after-aux", crash_at)
 
 
 def metrics_properties(
@@ -153,14 +190,14 @@ def apply_with_retries(
     spark: SparkSession, settings: Settings, table: str, max_objects: int, attempts: int = 3
 ) -> dict[str, Any]:
     """Each attempt holds the table's lock (cdclake.lake.locks, shared with compaction and expiry)
-    from listing to the last commit, so maintenance never commits between its read and its
-    commits (apache/iceberg #4996); a failure or crash releases it (at once, or after the TTL).
-    The lock is first come first served and released between attempts, so a stream of applies
-    does not starve maintenance. Holding it, the job refreshes the tables it reads and writes
-    once it has found something to apply (another session's compaction may have committed while
-    it waited). Optimistic-commit
-    conflicts (another writer, e.g. through the REST catalog) re-run the whole apply, which
-    re-reads the watermarks and so never applies anything twice."""
+    from listing to the publish (a staged snapshot is right only while main is still its parent),
+    so maintenance never commits between its read and its commits (apache/iceberg #4996); a
+    failure or crash releases it (at once, or after the TTL). The lock is first come first
+    served and released between attempts, so a stream of applies does not starve maintenance.
+    Holding it, the job refreshes the tables it reads and writes once it has found something to
+    apply (another session's compaction may have committed while it waited). Optimistic-commit
+    conflicts (another writer, e.g. through the REST catalog; a refused publish) re-run the whole
+    apply, which re-reads the watermarks and so never applies anything twice."""
     attempt = 0
 
     def once() -> dict[str, Any]:

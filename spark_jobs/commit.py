@@ -1,12 +1,14 @@
-"""Writing a run's decisions, each commit carrying its own consumed-staging watermark:
+"""Writing a run's decisions, each write carrying its own consumed-staging watermark:
 
 1. ``<table>__quarantine``  events whose values do not fit the table, with the reason and the
                             staged line (append; :mod:`spark_jobs.quarantine`)
 2. ``<table>__changes``     every distinct, non-quarantined event with its outcome (append)
 3. ``<table>__tombstones``  ordering value of deleted keys, so late events cannot resurrect them (append)
-4. ``<table>``              MERGE of the applied events + watermark + accounting, one commit
+4. ``<table>``              MERGE of the applied events + watermark + accounting
 
-Steps 1-3 each skip the objects their own watermark already holds (:mod:`spark_jobs.pending`)."""
+Each write is staged (:mod:`spark_jobs.stage`), not committed: the run publishes all of them in
+one catalog commit. Steps 1-3 each skip the objects their own watermark already holds
+(:mod:`spark_jobs.pending`: only a table an older cdclake left with its side tables ahead)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.quarantine import quarantine_rows, staged_lines
 from spark_jobs.sqltext import col, quote
+from spark_jobs.stage import WAP_ID_CONF, Stage
 from spark_jobs.system import (
     IMAGE_BEFORE,
     KEEP,
@@ -52,13 +55,15 @@ PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 Build = Callable[[list[str]], DataFrame]  # a side table's rows of the given objects
 
 
-def log_decisions(p: Pending, quarantined: DataFrame, classified: DataFrame, target: StructType, t: Tally) -> None:
-    """Steps 1-3: the side tables, before the table's commit."""
+def log_decisions(
+    p: Pending, quarantined: DataFrame, classified: DataFrame, target: StructType, t: Tally, stage: Stage
+) -> None:
+    """Steps 1-3: the side tables, staged."""
     uris = dict(zip(p.names, p.uris, strict=True))
     lines = staged_lines(p.run.spark, uris, quarantined) if t.counts["quarantined"] else None
-    _append_aux(p, QUARANTINE, quarantine_rows(quarantined, lines), known=t.counts["quarantined"])
-    _append_aux(p, CHANGES, change_rows(classified, target), known=t.changes)
-    _append_aux(p, TOMBSTONES, tombstone_rows(classified), known=t.deletes)
+    _append_aux(p, QUARANTINE, quarantine_rows(quarantined, lines), stage, known=t.counts["quarantined"])
+    _append_aux(p, CHANGES, change_rows(classified, target), stage, known=t.changes)
+    _append_aux(p, TOMBSTONES, tombstone_rows(classified), stage, known=t.deletes)
 
 
 def change_rows(classified: DataFrame, target: StructType) -> Build:
@@ -87,11 +92,16 @@ def tombstone_rows(classified: DataFrame) -> Build:
 
 
 def commit_table(
-    p: Pending, applied: DataFrame, target: StructType, unavailable: Sequence[str], t: Tally, crash_at: str | None
+    p: Pending,
+    applied: DataFrame,
+    target: StructType,
+    unavailable: Sequence[str],
+    t: Tally,
+    stage: Stage,
+    crash_at: str | None,
 ) -> None:
-    """Step 4: the applied events MERGEd into the table, with the watermark and the accounting."""
-    spark, settings, ident = p.run.spark, p.run.settings, p.run.ident()
-    before = current_snapshot_id(settings, ident)
+    """Step 4: the applied events MERGEd into the table, with the watermark and the accounting; staged."""
+    spark, ident = p.run.spark, p.run.ident()
     props = {
         **p.run.watermark_props(p.watermark, p.names),
         "cdclake.objects": str(len(p.names)),
@@ -100,19 +110,11 @@ def commit_table(
     columns = [f.name for f in target.fields]
     cut = truncated_at(applied)
     rows = applied.where(F.col(OP) != TRUNCATE).select(*map(col, columns), OP, KEEP)
-    with Commit(spark, props):
+    with Commit(spark, props), stage.write(ident):
         if crash_at == "before-commit":
             _write_without_commit(spark, ident, rows, columns)
         merge_rows(spark, ident, rows, columns, unavailable, cut)
-        commit_always(spark, settings, ident, target, before)
-
-
-def current_snapshot_id(settings: Settings, ident: str) -> int | None:
-    # pyiceberg reads the catalog row and metadata file in milliseconds; the same question through
-    # Spark SQL (``<table>.history``) is a planned query, asked twice per commit.
-    t = load_table(settings, ident.rsplit(".", 1)[1])
-    snap = t.current_snapshot() if t is not None else None
-    return snap.snapshot_id if snap is not None else None
+        commit_always(spark, stage, ident, target)
 
 
 @dataclass
@@ -178,9 +180,10 @@ def merge_rows(
     )
 
 
-def commit_always(spark: SparkSession, settings: Settings, ident: str, schema: StructType, before: int | None) -> None:
-    """A MERGE that changes no row commits nothing; the watermark must still advance."""
-    if current_snapshot_id(settings, ident) == before:
+def commit_always(spark: SparkSession, stage: Stage, ident: str, schema: StructType) -> None:
+    """A MERGE that changes no row stages nothing; the watermark must still advance. Asked of
+    the staged snapshots, not of ``main``: under write-audit-publish ``main`` never moves here."""
+    if stage.staged(ident.rsplit(".", 1)[1]) is None:
         spark.createDataFrame([], schema).writeTo(ident).append()
 
 
@@ -205,7 +208,7 @@ def _empty(df: DataFrame, todo: list[str], names: list[str], known: int | None) 
     return df.isEmpty()
 
 
-def _append_aux(p: Pending, suffix: str, build: Build, known: int | None = None) -> None:
+def _append_aux(p: Pending, suffix: str, build: Build, stage: Stage, known: int | None = None) -> None:
     run = p.run
     ident = run.ident(suffix)
     wm = aux_watermark(run, suffix, p.watermark)
@@ -221,18 +224,13 @@ def _append_aux(p: Pending, suffix: str, build: Build, known: int | None = None)
             ensure_table(run.spark, ident, df, key=False)
         return
     schema = ensure_table(run.spark, ident, df, key=False)
-    with Commit(run.spark, run.watermark_props(wm, todo)):
+    with Commit(run.spark, run.watermark_props(wm, todo)), stage.write(ident):
         align_to(df, schema).writeTo(ident).append()
 
 
 def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:
-    """Test hook for the crash "after data files are written, before the commit": Iceberg's
-    write-audit-publish stages the MERGE's snapshot (files written, table not changed)."""
-    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('write.wap.enabled'='true')")
-    spark.conf.set("spark.wap.id", f"crash-{time.time_ns()}")
-    try:
-        merge_rows(spark, ident, source, columns)
-    finally:
-        spark.conf.unset("spark.wap.id")
-        spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('write.wap.enabled')")
+    """Test hook for the crash "after the MERGE's data files are written, before its snapshot is
+    recorded": staged under an id of its own, so the run never finds (or publishes) it."""
+    spark.conf.set(WAP_ID_CONF, f"crash-{time.time_ns()}")
+    merge_rows(spark, ident, source, columns)  # the enclosing Stage.write unsets the id
     raise SimulatedCrash("before-commit")

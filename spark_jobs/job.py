@@ -34,9 +34,13 @@ def report(result: dict[str, Any]) -> None:
 def commit_conflict(exc: BaseException) -> bool:
     """Another writer committed first: Iceberg's optimistic commit failed, or its validation
     names a conflict. The apply's predicate: its other validation failures (a schema change the
-    table refuses) fail the same way again, and one attempt re-reads and re-fits the whole run."""
+    table refuses) fail the same way again, and one attempt re-reads and re-fits the whole run.
+    A refused publish (cdclake.lake.publish) raises pyiceberg's CommitFailedException, whose text
+    does not name its class as a Java error's does: matched by class name, so this module needs
+    no pyiceberg import."""
     text = str(exc)
-    return "CommitFailedException" in text or ("ValidationException" in text and "onflict" in text)
+    by_class = any(c.__name__ == "CommitFailedException" for c in type(exc).__mro__)
+    return by_class or "CommitFailedException" in text or ("ValidationException" in text and "onflict" in text)
 
 
 def commit_or_validation_failure(exc: BaseException) -> bool:

@@ -29,7 +29,12 @@ TRANSACTION = "_cdc_w_transaction"  # the event's source transaction id, for the
 CARRIED = (COPIES, CORRUPT, IMAGE_BEFORE, METADATA, TRANSACTION)
 WORK_COLUMNS = (OP, OBJECT, RANK, REASON, OUTCOME, KEEP, SEEN, UNFIT, PAIR, PRESENT, *CARRIED)
 
-CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-commit")
+# after-aux: the side tables staged, not the table; before-commit: the MERGE's files written, its
+# snapshot not staged for the run; after-stage: every table staged, nothing published.
+CRASH_POINTS = ("before-write", "after-aux", "before-commit", "after-stage", "after-commit")
+# The side tables published alone, then a crash: what an older cdclake (one commit per table)
+# could leave, which pending.py's resume path finishes. Not a state this version can reach.
+OLDER_AUX_CRASH = "side-tables-published"
 # Between a default backfill's table property and its column (spark_jobs.backfill): only a run
 # that adds such a column passes it, so it is not among the points every run passes.
 MARK_CRASH = "after-default-mark"

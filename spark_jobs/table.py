@@ -21,11 +21,13 @@ from spark_jobs.system import KEY, MARK_CRASH, SYSTEM_COLUMNS, WORK_COLUMNS, cra
 
 PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already in the spec
 FORMAT_VERSION = "format-version"
-TABLE_PROPERTIES = {FORMAT_VERSION: "2"}  # side tables: append-only, nothing for v3 to improve
+# Every table the apply writes stages its writes (spark_jobs.stage): write-audit-publish on.
+WAP = {"write.wap.enabled": "true"}
+TABLE_PROPERTIES = {FORMAT_VERSION: "2", **WAP}  # side tables: append-only, nothing for v3 to improve
 # A new CDC table is v3 unless its options say 2: its merge-on-read deletes become deletion
 # vectors, faster to apply and to read (tests/bench/deletes.py, docs/benchmarks.md, "Deletion vectors"). An
 # existing table keeps its version unless its options ask for a higher one.
-CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3"}
+CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3", **WAP}
 
 
 def ensure_table(
