@@ -1,9 +1,12 @@
-"""What one apply run consumes: the staging objects no watermark holds yet, or, after a crash,
-exactly the objects the crashed run logged in a side table but never committed to the table.
+"""What one apply run consumes: the staging objects no watermark holds yet, or exactly the objects
+a crashed run logged in a side table but never committed to the table.
 
-Every commit carries its own consumed-staging watermark (:mod:`cdclake.contracts.watermark`): the side
-tables commit before the table, so a side table's watermark holds everything the table's does,
-plus the objects of a run that did not reach the table's commit."""
+Every write carries its own consumed-staging watermark (:mod:`cdclake.contracts.watermark`). This
+version publishes a run's side tables and table in one catalog commit (:mod:`spark_jobs.stage`),
+so a side table's watermark is never ahead of the table's and the resume below finds nothing.
+The resume is for tables an older cdclake left that way only: it committed the side tables
+before the table, and a crash between those commits left the side tables holding a run the
+table never got."""
 
 from __future__ import annotations
 
@@ -67,9 +70,9 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
     listed_at_ms = StoreClock(store).lower_ms()
     listed_keys = list(store.list(table, after=wm_main.low))
     unconsumed = [k for k in listed_keys if not wm_main.consumed(k.name)]
-    # A crashed run logged its decisions in side tables the main table never caught up with: the
-    # re-run first finishes exactly those objects (their events keep those decisions); objects
-    # that landed since wait for the next run.
+    # A crashed run of an older cdclake logged its decisions in side tables the main table never
+    # caught up with: the re-run first finishes exactly those objects (their events keep those
+    # decisions); objects that landed since wait for the next run.
     logged = aux_watermarks(settings, table)
     resumed = [k for k in unconsumed if any(wm.consumed(k.name) for wm in logged)]
     pending = resumed or unconsumed[:max_objects]
@@ -99,7 +102,7 @@ def aux_watermarks(settings: Settings, table: str) -> list[Watermark]:
 
 
 def aux_watermark(run: Run, suffix: str, wm_main: Watermark) -> Watermark:
-    # An aux table holds everything the main table consumed (it commits first in every run),
-    # plus, after a crash, the objects of the run that did not reach the main commit.
+    # An aux table holds everything the main table consumed (published with it), plus, left by an
+    # older cdclake's crash, the objects of a run that did not reach the main commit.
     wm = table_watermark(run.settings, run.table + suffix)
     return wm_main if wm is None else wm.union(wm_main)
