@@ -13,7 +13,7 @@ from cdclake.config.settings import Settings
 from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 from cdclake.dev.reference import diff, expected_tables
 from cdclake.lake.catalog import load_table
-from cdclake.lake.publish import WAP_ID, publish_tables
+from cdclake.lake.publish import WAP_ENABLED, WAP_ID, publish_tables
 from cdclake.lake.spark import table_ident
 from spark_jobs.system import SimulatedCrash
 from tests.support import apply_all, stage, staged_event_count, table_rows
@@ -132,4 +132,23 @@ def test_a_publish_refused_because_main_moved_reruns_the_apply(
     monkeypatch.setattr("spark_jobs.job._sleep", lambda s: None)
     result = job.apply_with_retries(spark, settings, "t", 10_000)
     assert raced and result["attempts"] == 2
+    expected(spark, settings, FIRST + SECOND)
+
+
+def test_a_table_made_without_write_audit_publish_gets_it_at_its_next_apply(spark: Any, settings: Settings) -> None:
+    """Tables an older cdclake created lack write.wap.enabled (without it Spark ignores the
+    run's id and commits at once): the first staged write sets it, once."""
+    stage(settings, FIRST)
+    apply_all(spark, settings)
+    for n in TABLES:
+        spark.sql(f"ALTER TABLE {table_ident(settings, n)} UNSET TBLPROPERTIES ('{WAP_ENABLED}')")
+    stage(settings, SECOND)
+    before = mains(settings)
+    with pytest.raises(SimulatedCrash):
+        apply_all(spark, settings, crash_at="after-stage")
+    assert mains(settings) == before  # staged, not committed
+    for n in TABLES:
+        t = load_table(settings, n)
+        assert t is not None and t.properties.get(WAP_ENABLED) == "true", n
+    apply_all(spark, settings)
     expected(spark, settings, FIRST + SECOND)
