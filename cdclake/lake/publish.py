@@ -9,7 +9,8 @@ and this publish cannot both win). Iceberg's JDBC catalog has no multi-table com
 one transaction are the one place where all tables can move at once.
 
 Each table's new metadata file is its current one's JSON with only the fields a ref move changes
-(``refs``, ``current-snapshot-id``, ``last-updated-ms``, ``snapshot-log``, ``metadata-log``);
+(``refs``, ``current-snapshot-id``, ``last-updated-ms``, ``snapshot-log``, ``metadata-log``, and
+the published snapshot's ``timestamp-ms``, set to the publish time like its log entry);
 everything else is copied as it is. Not through pyiceberg's model: pyiceberg 0.12 cannot write
 format v3 metadata (iceberg-python #1551), our CDC tables are v3, and its rewrite of a
 Java-written v2 file changes fields a ref move does not touch (design note 31).
@@ -146,8 +147,13 @@ def patched(meta: dict[str, Any], old: str, ident: Identifier, move: Move, now_m
     refs[MAIN] = {**refs.get(MAIN, {}), "snapshot-id": sid, "type": "branch"}
     keep = int((meta.get("properties") or {}).get(_KEEP_LOG, _KEEP_LOG_DEFAULT))
     metadata_log = [*meta.get("metadata-log", []), {"timestamp-ms": meta["last-updated-ms"], "metadata-file": old}]
+    # The snapshot's own time is when it became visible: the staged write's time is earlier than
+    # its log entry, and a reader who travels to a snapshot's committed_at (`<t>.snapshots`,
+    # `cdclake snapshots`) would otherwise land before it. Its timestamp is in this file alone.
+    snapshots = [{**s, "timestamp-ms": now_ms} if s.get("snapshot-id") == sid else s for s in meta.get("snapshots", [])]
     return {
         **meta,
+        "snapshots": snapshots,
         "refs": refs,
         "current-snapshot-id": sid,
         "last-updated-ms": now_ms,

@@ -105,6 +105,11 @@ def test_one_publish_moves_every_table_and_spark_commits_on_top(
     logs = {n: load_table(settings, n).metadata.snapshot_log[-1] for n in models}  # type: ignore[union-attr]
     assert {n: e.snapshot_id for n, e in logs.items()} == {n: m[0] for n, m in staged["moves"].items()}
     assert len({e.timestamp_ms for e in logs.values()}) == 1  # one time for the whole publish
+    # Each published snapshot's own time is that time too: travel to a snapshot's committed_at
+    # finds it (the staged write's earlier time would find the snapshot before it).
+    for n, e in logs.items():
+        t = load_table(settings, n)
+        assert t is not None and t.snapshot_by_id(e.snapshot_id).timestamp_ms == e.timestamp_ms  # type: ignore[union-attr]
     # A plain commit (a MERGE with deletion vectors on v3) on top of the patched metadata.
     models["a"] = merge(spark, settings, "a", models["a"], 0, 30, "later")
     spark.sql(f"DELETE FROM {table_ident(settings, 'a')} WHERE id < 3")
@@ -184,7 +189,10 @@ def test_the_patch_changes_only_what_a_ref_move_changes() -> None:
         "last-updated-ms",
         "snapshot-log",
         "metadata-log",
+        "snapshots",
     }
+    # Only the published snapshot's time changes: to the publish time, its log entry's.
+    assert [s["timestamp-ms"] for s in new["snapshots"]] == [900, 2000, 960]
     assert new["refs"]["main"] == {"snapshot-id": 2, "type": "branch", "max-ref-age-ms": 5}
     assert new["snapshot-log"][-1] == {"timestamp-ms": 2000, "snapshot-id": 2}
     assert new["metadata-log"] == [{"timestamp-ms": 1000, "metadata-file": "m1"}]  # kept: 1 version
