@@ -29,13 +29,14 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate
 from pyiceberg.typedef import Identifier
 from pyiceberg.utils.config import Config
-from sqlalchemy import Engine, insert, update
+from sqlalchemy import Engine, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from cdclake.config.settings import Settings
 from cdclake.lake.catalog import io_properties
 from cdclake.lake.placement import Place, live_places, metadata_roots, roots_of
+from cdclake.lake.publish import swap_row
 from restcatalog import locations, names, overlaps, purge
 from restcatalog.errors import IcebergError, bad_request, no_such_namespace, no_such_table
 from restcatalog.models import CreateTableRequest
@@ -327,18 +328,7 @@ class Catalog:
                     continue
                 # The same compare-and-swap as SqlCatalog.commit_table: the row moves only if it
                 # still names the metadata this commit was staged on.
-                result = session.execute(
-                    update(IcebergTables)
-                    .where(
-                        IcebergTables.catalog_name == sql.name,
-                        IcebergTables.table_namespace == ns,
-                        IcebergTables.table_name == name,
-                        IcebergTables.metadata_location == s.current.metadata_location,
-                    )
-                    .values(metadata_location=s.location, previous_metadata_location=s.current.metadata_location)
-                )
-                if result.rowcount < 1:  # type: ignore[attr-defined]
-                    raise CommitFailedException(f"Table has been updated by another process: {ns}.{name}")
+                swap_row(session, sql.name, ns, name, s.current.metadata_location, s.location)
             session.commit()
 
     # -- partitions

@@ -192,22 +192,30 @@ def _locations(catalog: SqlCatalog, idents: list[Identifier]) -> dict[Identifier
 
 
 def _swap(catalog: SqlCatalog, session: Any, p: _Planned) -> None:
+    ns, name = p.ident
+    swap_row(session, catalog.name, ns, name, p.old, p.new)
+
+
+def swap_row(session: Any, catalog_name: str, ns: str, name: str, old: str, new: str) -> None:
+    """Point a table's catalog row from metadata ``old`` to ``new`` inside ``session``'s
+    transaction, only if it still names ``old`` (SqlCatalog.commit_table's compare-and-swap);
+    :class:`CommitFailedException` otherwise, and the caller's transaction rolls back whole. The
+    REST catalog's multi-table commit makes its swaps with it too."""
     from pyiceberg.catalog.sql import IcebergTables as t
     from pyiceberg.exceptions import CommitFailedException
     from sqlalchemy import update
 
-    ns, name = p.ident
     result = session.execute(
         update(t)
         .where(
-            t.catalog_name == catalog.name,
+            t.catalog_name == catalog_name,
             t.table_namespace == ns,
             t.table_name == name,
-            t.metadata_location == p.old,
+            t.metadata_location == old,
         )
-        .values(metadata_location=p.new, previous_metadata_location=p.old)
+        .values(metadata_location=new, previous_metadata_location=old)
     )
-    if result.rowcount < 1:  # the whole transaction rolls back: no table moves
+    if result.rowcount < 1:
         raise CommitFailedException(f"Table has been updated by another process: {ns}.{name}")
 
 
