@@ -381,6 +381,14 @@ class Settings:
         maximum=MAX_MAP_LENGTH,
         why_max=MAP_LENGTH,
     )
+    consistent_publish: bool = setting(
+        True,
+        doc=(
+            "Tables that share a source's transactions are applied together and published in one catalog commit, "
+            "with whole transactions only (docs/consistency.md); false: each table alone, as it lands."
+        ),
+        group=JOBS,
+    )
     apply_drain_s: int = setting(
         120,
         doc=(

@@ -22,6 +22,25 @@ from typing import TypeVar
 SUMMARY_KEY = "cdclake.watermark"
 FORMAT_VERSION = 1
 
+# A consistent publish (several tables in one catalog commit, whole source transactions only)
+# stamps every snapshot it publishes with the position of each source the tables are consistent
+# at, one key per source (a source name is a producer name: no dots or spaces). Readers pick a
+# cut by these (`asOf` a position). The position is the source's own spelling (PostgreSQL LSN,
+# MariaDB GTID set, binlog file:pos, a producer's counter), ordered by cdclake.lake.positions.
+SOURCE_POSITION_PREFIX = "cdclake.source-position."
+
+
+def position_properties(positions: Mapping[str, str]) -> dict[str, str]:
+    """Each source's position as a snapshot-summary property."""
+    return {SOURCE_POSITION_PREFIX + source: p for source, p in positions.items()}
+
+
+def positions_of(summary: Mapping[str, str]) -> dict[str, str]:
+    """The source positions a snapshot summary carries, by source."""
+    n = len(SOURCE_POSITION_PREFIX)
+    return {k[n:]: v for k, v in summary.items() if k.startswith(SOURCE_POSITION_PREFIX)}
+
+
 # The apply's accounting sits beside the watermark in the same snapshot summary:
 # received = applied + duplicate + superseded + late + quarantined.
 EVENT_COUNTS = ("received", "applied", "duplicate", "superseded", "late", "quarantined")
