@@ -35,6 +35,10 @@ fails does not stop the rest of its group. While data keeps landing, a task keep
 tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds (default 120;
 0 = one pass): a steady stream does not wait for a new DAG run per micro-batch.
 
+Tables that share a source's transactions (`CDCLAKE_CONSISTENT_PUBLISH`, on by default) are one
+run: applied together, whole transactions only, and published in one catalog commit, so no
+reader ever sees half a source transaction (docs/consistency.md).
+
 Each Spark job drops exact duplicates, keeps the newest event per key, and MERGEs into
 `<catalog>.<namespace>.<table>` with the new watermark **in the same commit**, so retries and
 manual re-runs apply nothing twice. `max_active_runs=1`: two applies never race on one table.
@@ -90,9 +94,11 @@ def cdc_apply() -> None:
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """At most CDCLAKE_APPLY_TASKS jobs, each applying its group of tables in turn."""
         from cdclake.config.settings import load
+        from cdclake.lake import selection
         from cdclake.lake.catalog import pending_tables
         from cdclake.launch.submit import group_kwargs
-        from cdclake.orchestration.dag_support import apply_task_count, table_groups
+        from cdclake.orchestration.dag_support import apply_task_count, apply_units, table_groups
+        from cdclake.staging.stores import open_store
 
         params = params or {}
         settings = load()
@@ -103,10 +109,16 @@ def cdc_apply() -> None:
             log.error("TABLE UNREADABLE %s: not applied, its metadata cannot be read (%s)", table, why)
         log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
+        # Tables that share a source's transactions go in one run: applied and published together.
+        landings = selection.survey(open_store(settings)) if settings.consistent_publish else {}
+        units = apply_units(pending, lambda t: selection.unit([t], landings))
+        weights = {first: sum(pending.get(t, 0) for t in tables) for first, tables in units.items()}
         jobs: list[dict[str, Any]] = []
-        for group in table_groups(pending, apply_task_count(settings)):
-            log.info("apply group %d: %s", len(jobs), {t: pending[t] for t in group})
-            runs = [["--table", t, "--max-objects", max_objects] for t in group]
+        for group in table_groups(weights, apply_task_count(settings)):
+            log.info("apply group %d: %s", len(jobs), {t: units[t] for t in group})
+            runs = [
+                [a for t in units[first] for a in ("--table", t)] + ["--max-objects", max_objects] for first in group
+            ]
             name = f"cdc_apply-{group[0]}"
             jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, drain_s=settings.apply_drain_s))
         return jobs

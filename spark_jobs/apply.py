@@ -33,6 +33,7 @@ through spark-submit::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -46,15 +47,18 @@ from pyspark.sql.types import StructType
 from cdclake.config.settings import Settings, load
 from cdclake.config.tables import load_table_config
 from cdclake.contracts.names import Limits
-from cdclake.contracts.watermark import phase_properties, total_properties
+from cdclake.contracts.watermark import phase_properties, position_properties, positions_of, total_properties
+from cdclake.lake import selection
 from cdclake.lake.catalog import applied_summary
 from cdclake.lake.locks import table_lock
+from cdclake.lake.positions import greatest
+from cdclake.staging import stores
 from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
 from spark_jobs.maintain import refresh_tables
-from spark_jobs.pending import SIDE_TABLES, Pending, list_pending
+from spark_jobs.pending import SIDE_TABLES, Pending, list_table, pending_of
 from spark_jobs.read import drop_exact_duplicates, flatten, read_events
 from spark_jobs.retyped import needed
 from spark_jobs.stage import Stage
@@ -81,20 +85,65 @@ class Phases:
         return round(time.monotonic() - self.start, 2)
 
 
-def apply_table(
+def apply_tables(
     spark: SparkSession,
     settings: Settings,
-    table: str,
+    tables: Sequence[str],
     max_objects: int,
     crash_at: str | None = None,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
+    """One run over ``tables``: each table's chosen objects staged, then everything the run wrote
+    (the tables and their side tables) published in one catalog commit; a result per table."""
+    listings = {t: list_table(spark, settings, t) for t in tables}
+    # After the listing: a receipt is written before its objects, so every listed object's
+    # transactions are known here (an object surveyed first could be taken as transaction-free).
+    landings = selection.survey(stores.open_store(settings)) if settings.consistent_publish else {}
+    choice = selection.choose({t: ls.candidates for t, ls in listings.items()}, max_objects, landings)
+    stage = Stage.for_run(spark, settings, tables[0])
+    stage.properties = position_properties(_positions(settings, tables, choice.positions))
+    results: list[dict[str, Any]] = []
+    for t in tables:
+        p = pending_of(listings[t], choice.objects[t] if landings else None, max_objects)
+        result: dict[str, Any] = {"table": t, "objects": len(p.names), "pending_total": p.backlog}
+        if choice.waiting.get(t):
+            result["waiting"] = choice.waiting[t]  # objects of transactions not yet whole
+        results.append(result)
+        if p.names:
+            stage_table(p, stage, result, crash_at)
+    if stage.moves:
+        crash("after-stage", crash_at)
+        stage.publish()
+        crash("after-commit", crash_at)
+    for result in results:
+        # After the publish, as its own commit: a second write of the table cannot stage under the
+        # run's id (it would not see the MERGE), and the backfill is safe to redo (spark_jobs.backfill).
+        fill_defaults(spark, settings, result["table"], result)
+        result.setdefault("committed", False)
+    if len(tables) > 1 or choice.held:
+        results[0]["together"] = list(tables)
+        results[0]["held"] = dict(list(choice.held.items())[:MAX_HELD_SHOWN])
+    return results
+
+
+MAX_HELD_SHOWN = 20
+"""Held transactions a result names (the rest are counted by wholeness, not listed)."""
+
+
+def _positions(settings: Settings, tables: Sequence[str], reached: dict[str, str]) -> dict[str, str]:
+    """Each source's position after this run: the greatest of what the tables' newest publishes
+    reached and what this run's transactions reach (a run applying nothing of a source keeps
+    carrying its position, so every snapshot of the unit says where it stands)."""
+    found: dict[str, list[str]] = {s: [p] for s, p in reached.items()}
+    for t in tables:
+        for s, p in positions_of(applied_summary(settings, t)).items():
+            found.setdefault(s, []).append(p)
+    return {s: g for s, ps in found.items() if (g := greatest(ps)) is not None}
+
+
+def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str | None) -> None:
+    """One table's pending objects read, fitted, classified and written, staged in ``stage``."""
+    spark, settings, table = p.run.spark, p.run.settings, p.run.table
     phases = Phases()
-    p = list_pending(spark, settings, table, max_objects)
-    result: dict[str, Any] = {"table": table, "objects": len(p.names), "pending_total": p.backlog}
-    if not p.names:
-        result["committed"] = False
-        fill_defaults(spark, settings, table, result)
-        return result
     if p.resumed:
         result["resumed"] = True
     ident = p.run.ident()
@@ -113,7 +162,7 @@ def apply_table(
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
     fitted = fit(rows, target, limits, after)
     phases.end("fit")
-    # The cache fit() made goes whatever happens next: a retried commit conflict runs apply_table
+    # The cache fit() made goes whatever happens next: a retried commit conflict runs the apply
     # again, and a long-lived Connect server would keep every failed attempt's cache.
     try:
         marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, p.names if p.resumed else ())
@@ -128,14 +177,10 @@ def apply_table(
         phases.end("count")
 
         crash("before-write", crash_at)
-        write_and_publish(p, Decided(quarantined, classified, target, tally, fitted.unavailable), phases, crash_at)
-        # After the publish, as its own commit: a second write of the table cannot stage under the
-        # run's id (it would not see the MERGE), and the backfill is safe to redo (spark_jobs.backfill).
-        fill_defaults(spark, settings, table, result)
+        write_staged(p, Decided(quarantined, classified, target, tally, fitted.unavailable), stage, phases, crash_at)
     finally:
         fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
-    return result
 
 
 @dataclass(frozen=True)
@@ -149,22 +194,17 @@ class Decided:
     unavailable: list[str]
 
 
-def write_and_publish(p: Pending, d: Decided, phases: Phases, crash_at: str | None) -> None:
-    """Stage the side tables' and the table's writes under the run's id, then publish them all in
-    one catalog commit (:mod:`spark_jobs.stage`)."""
+def write_staged(p: Pending, d: Decided, staged: Stage, phases: Phases, crash_at: str | None) -> None:
+    """The side tables' and the table's writes, staged under the run's id for its one publish
+    (:mod:`spark_jobs.stage`)."""
     spark, settings, table = p.run.spark, p.run.settings, p.run.table
-    staged = Stage.for_run(spark, settings, table)
     log_decisions(p, d.quarantined, d.classified, d.target, d.tally, staged)
     _crash_after_side_tables(staged, crash_at)
     phases.end("side_tables")
     with Commit(spark, metrics_properties(settings, table, d.tally.counts, phases.seconds)):
         applied = d.classified.where(F.col(OUTCOME) == "applied")
         commit_table(p, applied, d.target, d.unavailable, d.tally, staged, crash_at)
-    crash("after-stage", crash_at)
     phases.end("merge")
-    staged.publish()
-    crash("after-commit", crash_at)
-    phases.end("publish")
 
 
 def _crash_after_side_tables(staged: Stage, crash_at: str | None) -> None:
@@ -186,29 +226,54 @@ def metrics_properties(
     return total_properties(applied_summary(settings, table), counts) | phase_properties(seconds)
 
 
+def apply_table(
+    spark: SparkSession, settings: Settings, table: str, max_objects: int, crash_at: str | None = None
+) -> dict[str, Any]:
+    """:func:`apply_tables` of one table (its result)."""
+    return apply_tables(spark, settings, [table], max_objects, crash_at)[0]
+
+
 def apply_with_retries(
     spark: SparkSession, settings: Settings, table: str, max_objects: int, attempts: int = 3
 ) -> dict[str, Any]:
-    """Each attempt holds the table's lock (cdclake.lake.locks, shared with compaction and expiry)
+    """:func:`apply_together` of one table (its result; the run may have applied its unit)."""
+    results = apply_together(spark, settings, [table], max_objects, attempts)
+    return next(r for r in results if r["table"] == table)
+
+
+def apply_together(
+    spark: SparkSession, settings: Settings, tables: Sequence[str], max_objects: int, attempts: int = 3
+) -> list[dict[str, Any]]:
+    """Each attempt holds the lock of every table it applies (cdclake.lake.locks, shared with
+    compaction and expiry; taken in name order, so two runs sharing tables cannot deadlock)
     from listing to the publish (a staged snapshot is right only while main is still its parent),
     so maintenance never commits between its read and its commits (apache/iceberg #4996); a
-    failure or crash releases it (at once, or after the TTL). The lock is first come first
+    failure or crash releases them (at once, or after the TTL). The lock is first come first
     served and released between attempts, so a stream of applies does not starve maintenance.
     Holding it, the job refreshes the tables it reads and writes once it has found something to
     apply (another session's compaction may have committed while it waited). Optimistic-commit
     conflicts (another writer, e.g. through the REST catalog; a refused publish) re-run the whole
-    apply, which re-reads the watermarks and so never applies anything twice."""
+    apply, which re-reads the watermarks and so never applies anything twice.
+
+    With the consistent publish on, the run's tables are the unit of ``tables``
+    (:func:`cdclake.lake.selection.unit`): every table a landed transaction links to them."""
     attempt = 0
 
-    def once() -> dict[str, Any]:
+    def once() -> list[dict[str, Any]]:
         nonlocal attempt
         attempt += 1
-        with table_lock(settings, table, "apply", ttl_s=APPLY_LOCK_TTL_S, say=_say):
-            return apply_table(spark, settings, table, max_objects)
+        run = list(tables)
+        if settings.consistent_publish:
+            run = selection.unit(tables, selection.survey(stores.open_store(settings)))
+        with contextlib.ExitStack() as held:
+            for t in sorted(run):
+                held.enter_context(table_lock(settings, t, "apply", ttl_s=APPLY_LOCK_TTL_S, say=_say))
+            return apply_tables(spark, settings, run, max_objects)
 
-    result = with_retries(f"on {table}", once, attempts=attempts)
-    result["attempts"] = attempt
-    return result
+    results = with_retries(f"on {', '.join(tables)}", once, attempts=attempts)
+    for r in results:
+        r["attempts"] = attempt
+    return results
 
 
 def _say(text: str) -> None:
@@ -217,17 +282,27 @@ def _say(text: str) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="spark_jobs.apply", description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--table", required=True, help="staging table name (lower case)")
-    p.add_argument("--max-objects", type=int, default=None, help="cap on staging objects this run")
+    p.add_argument(
+        "--table",
+        required=True,
+        action="append",
+        help="staging table name (lower case); several: applied in one run and published together",
+    )
+    p.add_argument("--max-objects", type=int, default=None, help="cap on staging objects per table this run")
     return p.parse_args(argv)
 
 
 def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The run's result: one table's, or with several ``--table`` the first's with ``tables``
+    holding each table's (what spark_jobs.group's drain reads: ``committed`` if any committed)."""
     args = parse_args(argv)
     settings = load()
-    result = apply_with_retries(spark, settings, args.table, args.max_objects or settings.max_objects_per_run)
-    report(result)
-    return result
+    results = apply_together(spark, settings, args.table, args.max_objects or settings.max_objects_per_run)
+    for r in results:
+        report(r)
+    if len(results) == 1:
+        return results[0]
+    return {"tables": results, "committed": any(r.get("committed") for r in results)}
 
 
 if __name__ == "__main__":

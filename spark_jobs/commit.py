@@ -32,7 +32,7 @@ from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.quarantine import quarantine_rows, staged_lines
 from spark_jobs.sqltext import col, quote
-from spark_jobs.stage import WAP_ID_CONF, Stage
+from spark_jobs.stage import PROPERTY_PREFIX, WAP_ID_CONF, Stage
 from spark_jobs.system import (
     IMAGE_BEFORE,
     KEEP,
@@ -49,8 +49,6 @@ from spark_jobs.system import (
     ordering,
 )
 from spark_jobs.table import align_to, ensure_table
-
-PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."
 
 Build = Callable[[list[str]], DataFrame]  # a side table's rows of the given objects
 

@@ -25,6 +25,7 @@ from cdclake.lake.catalog import table_state, table_watermark
 from cdclake.lake.spark import table_ident
 from cdclake.staging import stores
 from cdclake.staging.clock import StoreClock
+from cdclake.staging.names import ObjectKey
 
 CHANGES, QUARANTINE, TOMBSTONES = CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 SIDE_TABLES = (QUARANTINE, CHANGES, TOMBSTONES)
@@ -60,7 +61,23 @@ class Pending:
     recorded: list[Any] | None = None  # the objects' JSON types, from their receipts (or None: infer)
 
 
-def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
+@dataclass
+class Listing:
+    """A table's staging objects no watermark holds, before a run picks from them."""
+
+    run: Run
+    watermark: Watermark
+    unconsumed: list[ObjectKey]
+    resumed: list[ObjectKey]  # a crashed older run's objects: the run takes exactly these
+    rows: int
+
+    @property
+    def candidates(self) -> list[str]:
+        """The names a run may take, in listing order."""
+        return [k.name for k in self.resumed or self.unconsumed]
+
+
+def list_table(spark: SparkSession, settings: Settings, table: str) -> Listing:
     store = stores.open_store(settings)
     # pyiceberg reads the snapshot ancestry in milliseconds; the same query through Spark SQL
     # costs seconds of planning on a fresh JVM (docs/benchmarks.md, "A JVM per task").
@@ -75,7 +92,6 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
     # decisions); objects that landed since wait for the next run.
     logged = aux_watermarks(settings, table)
     resumed = [k for k in unconsumed if any(wm.consumed(k.name) for wm in logged)]
-    pending = resumed or unconsumed[:max_objects]
     run = Run(
         spark,
         settings,
@@ -83,16 +99,34 @@ def list_pending(spark: SparkSession, settings: Settings, table: str, max_object
         [k.name for k in listed_keys],
         staging.horizon(listed_at_ms - settings.landing_grace_s * 1000),
     )
+    return Listing(run, wm_main, unconsumed, resumed, rows)
+
+
+def pending_of(listing: Listing, names: Sequence[str] | None, max_objects: int) -> Pending:
+    """The run's objects: a crashed run's (``resumed``), else ``names`` (chosen by
+    :mod:`cdclake.lake.selection`), else the first ``max_objects``."""
+    if listing.resumed:
+        pending = listing.resumed
+    elif names is not None:
+        wanted = set(names)
+        pending = [k for k in listing.unconsumed if k.name in wanted]
+    else:
+        pending = listing.unconsumed[:max_objects]
+    store = stores.open_store(listing.run.settings)
     return Pending(
-        run,
-        wm_main,
+        listing.run,
+        listing.watermark,
         names=[k.name for k in pending],
         uris=[store.uri(k) for k in pending],
-        resumed=bool(resumed),
-        backlog=len(unconsumed),
-        rows=rows,
+        resumed=bool(listing.resumed),
+        backlog=len(listing.unconsumed),
+        rows=listing.rows,
         recorded=staging.recorded_types(store, pending),
     )
+
+
+def list_pending(spark: SparkSession, settings: Settings, table: str, max_objects: int) -> Pending:
+    return pending_of(list_table(spark, settings, table), None, max_objects)
 
 
 def aux_watermarks(settings: Settings, table: str) -> list[Watermark]:

@@ -31,6 +31,7 @@ from cdclake.lake.publish import WAP_ENABLED, Move, publish_tables, staged_snaps
 from spark_jobs.sqltext import string_literal
 
 WAP_ID_CONF = "spark.wap.id"
+PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."  # a session conf: a property of the next commit
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Stage:
     settings: Settings
     wap_id: str
     moves: dict[str, Move] = field(default_factory=dict)  # table name -> (staged snapshot, its main)
+    properties: dict[str, str] = field(default_factory=dict)  # on every staged snapshot (source positions)
 
     @classmethod
     def for_run(cls, spark: SparkSession, settings: Settings, table: str) -> Stage:
@@ -58,10 +60,14 @@ class Stage:
             pair = f"{string_literal(WAP_ENABLED)}={string_literal('true')}"
             self.spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pair})")
         self.spark.conf.set(WAP_ID_CONF, self.wap_id)
+        for k, v in self.properties.items():
+            self.spark.conf.set(PROPERTY_PREFIX + k, v)
         try:
             yield
         finally:
             self.spark.conf.unset(WAP_ID_CONF)
+            for k in self.properties:
+                self.spark.conf.unset(PROPERTY_PREFIX + k)
         found = self.staged(name)
         if found is None:
             raise RuntimeError(f"the write to {ident} staged no snapshot")

@@ -68,6 +68,8 @@ class Verdict:
     behind: frozenset[str]
     """Held transactions whose END lies before :attr:`position`: the publish is not a prefix of
     the source (it lacks them), though every transaction in it is whole."""
+    ended_at: Mapping[str, str] = field(default_factory=dict)
+    """Each whole transaction's END position, where its END gives one."""
 
     @property
     def faults(self) -> list[Held]:
@@ -103,7 +105,8 @@ def whole(markers: Iterable[StagedMarker], objects: Iterable[Holding]) -> Verdic
         if position is not None
         and any(e.position is not None and positions.before(e.position, position) for e in ends.get(tx, ()))
     )
-    return Verdict(ok, held, publishable, position, behind)
+    ended_at = {tx: p for tx in ok for e in ends.get(tx, ()) if (p := e.position) is not None}
+    return Verdict(ok, held, publishable, position, behind, ended_at)
 
 
 def _ends(markers: Iterable[StagedMarker]) -> tuple[dict[str, set[_End]], set[str]]:

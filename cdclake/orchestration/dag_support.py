@@ -44,6 +44,21 @@ def table_groups(weights: Mapping[str, int], max_groups: int) -> list[list[str]]
     return out
 
 
+def apply_units(pending: Mapping[str, int], linked: Callable[[str], list[str]]) -> dict[str, list[str]]:
+    """The pending tables as apply runs: each run's tables by its first table. ``linked(t)``: the
+    tables applied with ``t`` (the consistent publish's unit, :func:`cdclake.lake.selection.unit`,
+    which may add tables with nothing pending: their side of a transaction still lands)."""
+    runs: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for t in sorted(pending):
+        if t in seen:
+            continue
+        tables = sorted({t, *linked(t)})
+        seen.update(tables)
+        runs[tables[0]] = tables
+    return runs
+
+
 def apply_task_count(settings: Settings) -> int:
     """How many apply tasks a ``cdc_apply`` run maps (CDCLAKE_APPLY_TASKS, 0: by the Spark master).
 

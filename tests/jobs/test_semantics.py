@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -689,11 +690,11 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
 
     calls: list[int] = []
 
-    def flaky(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def flaky(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("org.apache.iceberg.exceptions.CommitFailedException: metadata location changed")
-        return {"committed": True}
+        return [{"table": "t", "committed": True}]
 
     @contextlib.contextmanager
     def unlocked(*args: Any, **kwargs: Any) -> Iterator[str]:
@@ -701,13 +702,14 @@ def test_commit_conflicts_rerun_the_apply_other_errors_do_not(monkeypatch: pytes
 
     monkeypatch.setattr(job, "table_lock", unlocked)
     monkeypatch.setattr(job, "refresh_tables", lambda *args: None)
-    monkeypatch.setattr(job, "apply_table", flaky)
+    monkeypatch.setattr(job, "apply_tables", flaky)
     monkeypatch.setattr("spark_jobs.apply.time.sleep", lambda s: None)
-    assert job.apply_with_retries(None, None, "t", 1) == {"committed": True, "attempts": 2}  # type: ignore[arg-type]
+    alone = types.SimpleNamespace(consistent_publish=False)
+    assert job.apply_with_retries(None, alone, "t", 1) == {"table": "t", "committed": True, "attempts": 2}  # type: ignore[arg-type]
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
         raise AccountingError("received 3 != accounted 2")
 
-    monkeypatch.setattr(job, "apply_table", broken)
+    monkeypatch.setattr(job, "apply_tables", broken)
     with pytest.raises(AccountingError):
-        job.apply_with_retries(None, None, "t", 1)  # type: ignore[arg-type]
+        job.apply_with_retries(None, alone, "t", 1)  # type: ignore[arg-type]

@@ -313,3 +313,26 @@ def test_apply_task_count_follows_the_spark_master() -> None:
     assert count("spark://m:7077") == 32 and count("spark://m:7077", max_mapped_tasks=5) == 5
     assert count("local[16]", max_mapped_tasks=3) == 3
     assert count("local[2]", apply_tasks=6) == 6 and count("spark://m:7077", apply_tasks=4, max_mapped_tasks=2) == 2
+
+
+def test_cdc_apply_plans_tables_sharing_a_transaction_as_one_run(dagbag, monkeypatch, mode) -> None:  # type: ignore[no-untyped-def]
+    """orders and lines share a landed transaction: one run applies both (published together);
+    users is a run of its own. Switched off, every table is a run of its own again."""
+    from cdclake.lake.wholeness import Holding, Landing
+
+    pending = {"orders": 3, "lines": 2, "users": 1}
+    monkeypatch.setattr(
+        "cdclake.lake.catalog.pending_tables", lambda settings, only=None, store=None, unreadable=None: dict(pending)
+    )
+    linked = Landing([], [Holding("orders/a", "orders", {"t1": 1}), Holding("lines/a", "lines", {"t1": 1})], [])
+    monkeypatch.setattr("cdclake.lake.selection.survey", lambda store: {"pg": linked})
+    monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[4]")
+    plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
+
+    def tables_per_run() -> list[list[str]]:
+        runs = [run for job in plan(params={}) for run in runs_of(job)]
+        return sorted([run[i + 1] for i, a in enumerate(run) if a == "--table"] for run in runs)
+
+    assert tables_per_run() == [["lines", "orders"], ["users"]]
+    monkeypatch.setenv("CDCLAKE_CONSISTENT_PUBLISH", "false")
+    assert tables_per_run() == [["lines"], ["orders"], ["users"]]

@@ -90,11 +90,17 @@ def fresh_settings(spark_home: Path, **overrides: Any) -> Settings:
 
 
 def apply_all(spark: Any, settings: Settings, crash_at: str | None = None) -> list[dict[str, Any]]:
-    """Run the apply job once for every table with staging data."""
-    from spark_jobs.apply import apply_table
+    """Run the apply job once for every table with staging data, as cdc_apply's plan groups them:
+    tables that share a source's transactions in one run (the consistent publish), each other
+    table alone; a result per table."""
+    from cdclake.lake import selection
+    from cdclake.orchestration.dag_support import apply_units
+    from spark_jobs.apply import apply_tables
 
     store = staging.LocalStaging(settings.staging_dir)
-    return [apply_table(spark, settings, t, 10_000, crash_at=crash_at) for t in store.tables()]
+    landings = selection.survey(store) if settings.consistent_publish else {}
+    units = apply_units(dict.fromkeys(store.tables(), 1), lambda t: selection.unit([t], landings))
+    return [r for tables in units.values() for r in apply_tables(spark, settings, tables, 10_000, crash_at=crash_at)]
 
 
 def attach_catalog(spark: Any, settings: Settings) -> None:
