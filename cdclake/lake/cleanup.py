@@ -12,12 +12,12 @@ it is how the receiver checks the producer's numbering (the next batch must be i
 Past that, a producer that sent nothing is forgotten, folder and all, so source ids that come
 and go leave no state behind; if it comes back, its numbering starts afresh.
 
-Transaction markers (the ``.transactions`` folder, :data:`cdclake.staging.TRANSACTIONS`) are
-kept: ``store.tables()`` never lists that folder, so no marker object is deleted here, and an
-apply that must see a transaction's END before it publishes the transaction always finds it. A
-batch's receipt that names a markers object is kept with it (a receipt goes only when none of
-its objects is left), so a resend of that batch stays a ``duplicate`` and never lands the
-markers twice. Their clean-up is the transaction-aware apply's to own (issue 31).
+Transaction markers (the ``.transactions`` folder, :data:`cdclake.staging.TRANSACTIONS`; never a
+table) go when they can tell nothing more: a markers object landed before the cutoff, and no
+object of any transaction it names is left (none landed but unapplied, none applied but younger
+than the cutoff). Until then the apply finds every END it needs to publish a transaction. A
+batch's receipt that names a markers object goes with it by the rule above (then a resend of
+that batch gets 409, as for any batch whose objects are gone).
 """
 
 from __future__ import annotations
@@ -66,15 +66,17 @@ def clean_staging(
             "staging clean-up keeps %d objects that became visible after the landing grace: %s", len(late), late[:10]
         )
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    receipts = _stale_receipts(store, set(deleted), now_ms - settings.receipt_retention_s * 1000)
+    markers = _stale_markers(store, set(deleted), cutoff_ms)
+    receipts = _stale_receipts(store, set(deleted) | set(markers), now_ms - settings.receipt_retention_s * 1000)
     if not dry_run:
-        for path in deleted + receipts:
+        for path in deleted + markers + receipts:
             store.delete(path)
         for folder in {p.rsplit("/", 1)[0] + "/" for p in receipts}:
             store.remove_folder(folder)  # a forgotten producer's: then empty
     return {
         "objects_deleted": len(deleted),
         "receipts_deleted": len(receipts),
+        "markers_deleted": len(markers),
         "objects_not_yet_applied": kept_unapplied,
         "objects_landed_late": len(late),
         "dry_run": dry_run,
@@ -90,6 +92,24 @@ def _landed_late(store: staging.Store, key: staging.ObjectKey, settings: Setting
     written = store.modified_ms(key.path)
     allowed = settings.landing_grace_s * 1000 - store.MTIME_SLACK_MS
     return written is not None and written - key.landed_ms > allowed
+
+
+def _stale_markers(store: staging.Store, going: set[str], cutoff_ms: int) -> list[str]:
+    """Markers objects landed before ``cutoff_ms`` none of whose transactions has an object left
+    once ``going`` is deleted (:func:`cdclake.lake.wholeness.landed` says which objects hold which)."""
+    from cdclake.lake.wholeness import decode_markers, landed
+
+    by_source: dict[str, list[staging.ObjectKey]] = {}
+    for key in store.list(staging.TRANSACTIONS):
+        by_source.setdefault(staging.parse_name(key.name)[2], []).append(key)
+    out = []
+    for source, keys in by_source.items():
+        left = {tx for h in landed(store, source).objects if h.path not in going for tx in h.transactions}
+        for key in keys:
+            data = store.read(key.path) if key.landed_ms < cutoff_ms else None
+            if data is not None and not {m.id for m in decode_markers(data)} & left:
+                out.append(key.path)
+    return out
 
 
 def _stale_receipts(store: staging.Store, going: set[str], forget_before_ms: int) -> list[str]:

@@ -183,6 +183,11 @@ class Landing:
 _marker_decoder = msgspec.json.Decoder(StagedMarker)
 
 
+def decode_markers(data: bytes) -> list[StagedMarker]:
+    """The markers of one ``.transactions`` object (NDJSON)."""
+    return [_marker_decoder.decode(line) for line in data.splitlines() if line]
+
+
 def landed(store: Store, source: str) -> Landing:
     """``source``'s markers and table objects in ``store``, from the newest receipt generation of
     each of its batches (it names every object of the batch, a take-over's too): the receipts and
@@ -219,7 +224,7 @@ def _batch(store: Store, receipt: Receipt) -> tuple[list[StagedMarker], list[Hol
             if data is None:
                 missing.append(path)
             else:
-                markers.extend(_marker_decoder.decode(line) for line in data.splitlines() if line)
+                markers.extend(decode_markers(data))
         elif store.exists(path):
             holdings.append(Holding(path, table, counts.get(table, {})))
         else:
