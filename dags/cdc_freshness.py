@@ -24,6 +24,10 @@ It also fails for a table whose metadata file cannot be read (lost, or not Icebe
 `cdc_apply` skips it, and its freshness cannot be known), one line each:
 `TABLE UNREADABLE employees: its metadata cannot be read (FileNotFoundError: ...); cdc_apply skips it`,
 until the file is restored or the table dropped.
+It fails for a table whose publish a failing expectation holds (audit before publish,
+`[tables.<t>.expectations]`), one line each:
+`PUBLISH HELD orders: key_unique: 2 keys (id) held by more than one row (nothing published; ...)`,
+until the expectation passes or an operator releases it (`cdclake holds release orders`).
 Freshness by event time (now minus the newest applied event time) is not judged: a quiet source,
 or one sending old events, is not stale (both are on the REST catalog's `/metrics`).
 
@@ -77,6 +81,7 @@ def cdc_freshness() -> None:
             )
         problems = [f"TABLE UNREADABLE {f.describe_unreadable()}" for f in found if f.unreadable]
         problems += [f"FRESHNESS MISSED {f.describe()}" for f in found if f.missed]
+        problems += [f"PUBLISH HELD {f.describe_held()}" for f in found if f.held]
         for problem in problems:
             log.error("%s", problem)
         if problems:

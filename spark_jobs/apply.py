@@ -48,11 +48,12 @@ from cdclake.config.settings import Settings, load
 from cdclake.config.tables import load_table_config
 from cdclake.contracts.names import Limits
 from cdclake.contracts.watermark import phase_properties, position_properties, positions_of, total_properties
-from cdclake.lake import selection
+from cdclake.lake import holds, selection
 from cdclake.lake.catalog import applied_summary
 from cdclake.lake.locks import table_lock
 from cdclake.lake.positions import greatest
 from cdclake.staging import stores
+from spark_jobs.audit import audit
 from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
@@ -112,7 +113,10 @@ def apply_tables(
             stage_table(p, stage, result, crash_at)
     if stage.moves:
         crash("after-stage", crash_at)
+        if _held(spark, settings, stage, tables, results):
+            return results
         stage.publish()
+        holds.clear(stores.open_store(settings), tables)
         crash("after-commit", crash_at)
     for result in results:
         # After the publish, as its own commit: a second write of the table cannot stage under the
@@ -123,6 +127,30 @@ def apply_tables(
         results[0]["together"] = list(tables)
         results[0]["held"] = dict(list(choice.held.items())[:MAX_HELD_SHOWN])
     return results
+
+
+def _held(
+    spark: SparkSession, settings: Settings, stage: Stage, tables: Sequence[str], results: list[dict[str, Any]]
+) -> bool:
+    """Audit before publish: the tables' expectations on the staged snapshots. A failure no
+    operator has released holds the whole run (nothing of it is published; the staged snapshots
+    are left to expiry) and is recorded for cdc_freshness, the CLI and the Lakehouse page."""
+    config = load_table_config(settings)
+    failures = audit(spark, stage, {t: config.for_table(t) for t in tables})
+    if not failures:
+        return False
+    store = stores.open_store(settings)
+    waiting = holds.unreleased(store, failures)
+    for r in results:
+        r["expectations_failed"] = [f"{f.expectation}: {f.detail}" for f in failures if f.table == r["table"]]
+    if not waiting:
+        results[0]["released"] = sorted({f.table for f in failures})
+        return False
+    holds.hold(store, failures, list(tables))
+    for r in results:
+        r.update(committed=False, held_by_expectation=True)
+    _say("publish held by expectations: " + "; ".join(f"{f.table}: {f.expectation}: {f.detail}" for f in waiting))
+    return True
 
 
 MAX_HELD_SHOWN = 20

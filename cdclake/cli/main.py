@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from cdclake.cli import debezium_cmd, quarantine_cmd
+from cdclake.cli import debezium_cmd, holds_cmd, quarantine_cmd
 from cdclake.config.settings import Settings, SettingsError, load
 from cdclake.orchestration.airflow_api import AirflowError
 
@@ -200,6 +200,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("table", help="orders, cdc.orders or lake.cdc.orders")
     s.add_argument("--format", choices=FORMATS, default="table")
     quarantine_cmd.add_parser(sub)
+    holds_cmd.add_parser(sub)
     sub.add_parser("rest", help="serve the Iceberg REST catalog on CDCLAKE_REST_HOST:CDCLAKE_REST_PORT")
     st = sub.add_parser("status", help="each component of the running `cdclake up`/`demo` stack: pid, state, restarts")
     st.add_argument("--format", choices=FORMATS, default="table")
@@ -221,6 +222,7 @@ COMMANDS: dict[str, Command] = {
     "tables": lambda args, settings, spark: tables(settings, args.format),
     "snapshots": lambda args, settings, spark: snapshots(settings, args.table, args.format),
     "quarantine": quarantine_cmd.run,
+    "holds": lambda args, settings, spark: holds_cmd.run(args, settings),
     "rest": lambda args, settings, spark: rest(),
     "status": lambda args, settings, spark: status(settings, args.format),
     "init": lambda args, settings, spark: init(args, settings),

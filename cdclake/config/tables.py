@@ -19,6 +19,9 @@ CDCLAKE_TABLE_CONFIG.
     format_version = 3                      # upgrade an existing v2 table (new tables are v3)
     freshness_objective_s = 300             # cdc_freshness alerts past it (default CDCLAKE_FRESHNESS_OBJECTIVE_S)
 
+    [tables.orders.expectations]            # checked before each publish: cdclake.config.expectations
+    key_unique = true
+
 ``key`` names the primary-key columns of a table whose changes come from Debezium (whose HTTP
 sink posts the row images but never the record key): the receiver reads them from each event's
 row image to make the row's ``rowId`` (:mod:`cdclake.debezium.envelope`). Producers of the project's own
@@ -50,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdclake.config.expectations import Expectations, parse_expectations
 from cdclake.config.settings import Settings, SettingsError
 from cdclake.contracts import coltypes
 
@@ -81,6 +85,8 @@ class TableOptions:
     """The Iceberg format version asked for; None: 3 for a new table, an existing one's own."""
     freshness_objective_s: int | None = None
     """Longest acked data may wait unapplied (:mod:`cdclake.lake.freshness`); None: the setting."""
+    expectations: Expectations = field(default_factory=Expectations)
+    """Checked on the staged snapshots before a publish (:mod:`cdclake.config.expectations`)."""
 
     @property
     def properties(self) -> dict[str, str]:
@@ -152,7 +158,15 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         raise SettingsError(f"{where} must be a table of options")
     if base is _NO_BASE and "types" in raw:
         raise SettingsError(f"{where}: types are set per table, in [tables.<name>]")
-    unknown = set(raw) - {"partition_by", "merge_mode", "key", "types", "format_version", "freshness_objective_s"}
+    unknown = set(raw) - {
+        "partition_by",
+        "merge_mode",
+        "key",
+        "types",
+        "format_version",
+        "freshness_objective_s",
+        "expectations",
+    }
     if unknown:
         raise SettingsError(f"{where}: unknown option(s) {', '.join(sorted(unknown))}")
     mode = raw.get("merge_mode", base.merge_mode)
@@ -179,7 +193,10 @@ def _options(raw: Any, where: str, base: TableOptions) -> TableOptions:
         raise SettingsError(f"{where}.freshness_objective_s must be a whole number of seconds >= 1, got {objective!r}")
     partition_by = tuple(normalise_transform(str(p), f"{where}.partition_by") for p in parts)
     types = _types(raw.get("types", {}), where)
-    return TableOptions(partition_by, mode, tuple(key), types, version, objective)
+    expect = (
+        parse_expectations(raw["expectations"], f"{where}.expectations") if "expectations" in raw else base.expectations
+    )
+    return TableOptions(partition_by, mode, tuple(key), types, version, objective, expect)
 
 
 def load_table_config(settings: Settings) -> TableConfig:

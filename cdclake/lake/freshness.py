@@ -40,6 +40,12 @@ class Freshness:
     unreadable: str | None = None
     """Why the table's metadata cannot be read; then nothing else is known of it (no watermark:
     its pending objects are not counted) and ``cdc_freshness`` fails naming it."""
+    held: tuple[str, ...] = ()
+    """The expectations holding the table's publish (:mod:`cdclake.lake.holds`), each with why;
+    ``cdc_freshness`` fails naming them."""
+
+    def describe_held(self) -> str:
+        return f"{self.table}: " + "; ".join(self.held) + f" (nothing published; `cdclake holds release {self.table}`)"
 
     @property
     def by_commit_s(self) -> float:
@@ -77,7 +83,10 @@ def table_freshness(
 
     store = store or stores.open_store(settings)
     config = load_table_config(settings)
+    from cdclake.lake.holds import held
+
     pending = pending_by_table(settings, store)  # leaves an unreadable table out: its row below says why
+    holds = {t: tuple(f"{f.expectation}: {f.detail}" for f in h.failures) for t, h in held(store).items()}
     # After the listing: an object that landed during it is not older than now.
     now_ms = StoreClock(store).lower_ms()
     out = []
@@ -100,6 +109,7 @@ def table_freshness(
                 last_apply=summary_of(snap),
                 last_apply_ms=snap.timestamp_ms if snap is not None else None,
                 valid_through_ms=health.valid_through_ms if health is not None else None,
+                held=holds.get(table, ()),
             )
         )
     return out
