@@ -42,13 +42,15 @@ def table_metadata(settings: Settings, tables: Sequence[str]) -> dict[str, dict[
 
 def current_snapshots(settings: Settings, tables: Sequence[str]) -> dict[str, int | None]:
     """Each table's ``main`` at one catalog state (None: a table with no snapshot yet)."""
-    return {t: publish.main_of(meta) for t, meta in table_metadata(settings, tables).items()}
+    metas = table_metadata(settings, tables)
+    return {t: publish.main_of(metas[t]) for t in dict.fromkeys(tables)}
 
 
 def snapshots_at_position(settings: Settings, tables: Sequence[str], source: str, position: str) -> dict[str, int]:
     """Each table's newest snapshot at or before ``source``'s ``position``, from one catalog
-    state; :class:`NoSnapshotAtPosition` naming the first table that has none."""
-    return {t: at_position(meta, t, source, position) for t, meta in table_metadata(settings, tables).items()}
+    state; :class:`NoSnapshotAtPosition` naming the first table (in ``tables``' order) that has none."""
+    metas = table_metadata(settings, tables)
+    return {t: at_position(metas[t], t, source, position) for t in dict.fromkeys(tables)}
 
 
 def at_position(meta: Mapping[str, Any], table: str, source: str, position: str) -> int:
