@@ -43,11 +43,20 @@ def read_tables(extended: str, catalog: str, namespace: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def pinned(pin: Pin | None, cut: Cut, extended: str, catalog: str, namespace: str) -> AsOf:
-    """The ``asOf`` that reads every table of the statement explained in ``extended`` at ``cut``."""
+def pinned(
+    pin: Pin | None,
+    cut: Cut,
+    extended: str,
+    catalog: str,
+    namespace: str,
+    may_read: Callable[[str, str], bool] = lambda *_: True,
+) -> AsOf:
+    """The ``asOf`` that reads every table of the statement explained in ``extended`` at ``cut``.
+    Only tables the client may read are pinned: a cut's answer (a table missing, its positions)
+    must say nothing of the others, which the rights check then refuses whether they exist or not."""
     if pin is None:
         raise QueryError(f"{cut.label()}: no catalog to read the tables' state from here")
-    tables = read_tables(extended, catalog, namespace)
+    tables = [t for t in read_tables(extended, catalog, namespace) if may_read(namespace, t)]
     return AsOf.pin(pin(cut, tables) if tables else {}, cut.label())
 
 

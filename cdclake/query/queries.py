@@ -217,7 +217,7 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
     statement, views, as_of = query.sql, [], query.as_of
     try:
         if query.cut is not None:
-            as_of = cuts.pinned(lake.pin, query.cut, ex.text, lake.catalog, lake.namespace)
+            as_of = cuts.pinned(lake.pin, query.cut, ex.text, lake.catalog, lake.namespace, lake.may_read)
         views += history_views(spark, statement, lake, as_of)
         if as_of is not None:
             statement = time_travel(spark, statement, lake, as_of, query.params, views)

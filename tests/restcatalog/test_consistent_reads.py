@@ -108,6 +108,9 @@ def test_the_tables_pinned_are_those_of_the_analyzed_plan() -> None:
     got = cuts.pinned(pin, Cut("pg", "5"), EXTENDED, "lake", "cdc")
     assert asked == [(Cut("pg", "5"), ["a.b`c", "secret"])]  # read once, for exactly those tables
     assert got == AsOf(pinned=(("secret", 7),), label="asOfPosition pg=5")
+    asked.clear()
+    cuts.pinned(pin, Cut(), EXTENDED, "lake", "cdc", lambda ns, t: t != "secret")
+    assert asked == [(Cut(), ["a.b`c"])]  # a table outside the rights is not even looked up
 
 
 def test_the_lake_client_sends_the_fields() -> None:
