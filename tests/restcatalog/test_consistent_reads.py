@@ -223,12 +223,19 @@ def test_the_cut_is_one_read_of_the_rows_even_when_both_tables_move_before_their
 
     def read_metadata(io: Any, location: str) -> dict[str, Any]:
         if not moved:  # between the rows' read and the first file's: both tables move
+            hooked.append(True)  # the appends' own catalog reads are not the cut's
             moved.append((append(spark, pair, "a", 7), append(spark, pair, "b", 8)))
+            hooked.clear()
         return real(io, location)
 
     statements: list[str] = []
+    hooked: list[bool] = []
     engine = open_catalog(pair).engine
-    listen: Any = lambda *a: statements.append(str(a[2]))  # noqa: E731 - (conn, cursor, statement, ...)
+
+    def listen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if not hooked:
+            statements.append(statement)
+
     event.listen(engine, "before_cursor_execute", listen)
     monkeypatch.setattr(publish, "read_metadata", read_metadata)
     try:
@@ -236,7 +243,7 @@ def test_the_cut_is_one_read_of_the_rows_even_when_both_tables_move_before_their
     finally:
         event.remove(engine, "before_cursor_execute", listen)
     assert got == before  # the rows' state, not the files' newest
-    assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 1
+    assert len(statements) == 1 and statements[0].lstrip().upper().startswith("SELECT"), statements
     assert cut.current_snapshots(pair, ["b", "a"]) == dict(zip("ab", moved[0], strict=True)) == mains(pair)
     with pytest.raises(NoSuchTableError, match=r"Tables do not exist: .*nope"):
         cut.current_snapshots(pair, ["a", "nope"])
