@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cdclake.query import plans
 from restcatalog import auth
 from restcatalog.inputs import json_body, parse
-from restcatalog.query import Param, QueryRequest, engine_of, lake_for, on_engine, query_of, slot_key
+from restcatalog.query import Param, Position, QueryRequest, engine_of, lake_for, on_engine, query_of, slot_key
 from restcatalog.service import Service
 
 
@@ -26,6 +26,8 @@ class PlanRequest(BaseModel):
     sql: StrictStr = Field(min_length=1)
     params: dict[str, Param] | list[Param] = Field(default_factory=dict)
     asOf: StrictStr | StrictInt | None = None
+    asOfPosition: Position | None = None
+    consistent: StrictBool = False
     timeoutS: StrictInt | StrictFloat | None = Field(default=None, gt=0)
 
 

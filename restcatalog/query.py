@@ -29,9 +29,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from cdclake.config.settings import Settings
+from cdclake.contracts.events import SOURCE_PATTERN
 from cdclake.lake.spark import connect_failed
 from cdclake.query import limits, queries
-from cdclake.query.statements import AsOf, QueryError, parse_as_of
+from cdclake.query.statements import AsOf, Cut, QueryError, parse_as_of
 from restcatalog import auth
 from restcatalog.errors import IcebergError, bad_request, forbidden
 from restcatalog.inputs import json_body, parse
@@ -51,6 +52,15 @@ TOKEN_GRACE_S = 30  # a query session's REST token outlives its statement's dead
 Param = StrictStr | StrictInt | StrictFloat | StrictBool | None
 
 
+class Position(BaseModel):
+    """``asOfPosition``: a source (a producer's name) and a position as that source spells it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: StrictStr = Field(pattern=SOURCE_PATTERN)
+    position: StrictStr = Field(min_length=1, max_length=256)
+
+
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +69,10 @@ class QueryRequest(BaseModel):
     """Named (``:name``) or positional (``?``) parameters, bound by Spark."""
     asOf: StrictStr | StrictInt | None = None
     """A snapshot id, or an ISO 8601 time (UTC without an offset)."""
+    asOfPosition: Position | None = None
+    """Every table at its newest snapshot at or before a source's position."""
+    consistent: StrictBool = False
+    """Every table at one catalog state (the newest)."""
     format: Literal["json", "arrow"] = "json"
     maxRows: StrictInt = Field(default=1000, ge=1)
     timeoutS: StrictInt | StrictFloat | None = Field(default=None, gt=0)
@@ -95,14 +109,54 @@ def query_of(body: QueryRequest, settings: Settings) -> queries.Query:
             as_of = parse_as_of(str(body.asOf))
         except QueryError as exc:
             raise bad_request(str(exc).replace("--as-of", "asOf")) from None
-    return queries.Query(body.sql, body.params, as_of, body.maxRows, float(body.timeoutS or limit))
+    query = queries.Query(body.sql, body.params, as_of, body.maxRows, float(body.timeoutS or limit))
+    return dataclasses.replace(query, cut=cut_of(body))
+
+
+def cut_of(body: QueryRequest) -> Cut | None:
+    """``consistent`` or ``asOfPosition`` as a cut; at most one of them and ``asOf``, each being a
+    whole answer to "at which state"."""
+    given = [
+        name
+        for name, on in (
+            ("asOf", body.asOf is not None),
+            ("asOfPosition", body.asOfPosition is not None),
+            ("consistent", body.consistent),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise bad_request(f"{' and '.join(given)} cannot be combined: each reads every table at one point of its own")
+    if body.consistent:
+        return Cut()
+    if body.asOfPosition is None:
+        return None
+    source, position = body.asOfPosition.source, body.asOfPosition.position
+    if not ordered(position):
+        raise bad_request(
+            f"asOfPosition.position {position!r} has no order cdclake knows: a PostgreSQL LSN (0/16B3748) "
+            "or integer, a MariaDB GTID (0-1-12, a set 0-1-12,1-2-5) or a binlog file:offset"
+        )
+    return Cut(source, position)
+
+
+def ordered(position: str) -> bool:
+    """Whether ``position`` (or each GTID of a set) is of a kind cdclake compares."""
+    from cdclake.lake.positions import key
+
+    return key(position) is not None or all(key(p) is not None for p in position.split(","))
 
 
 def lake_for(settings: Settings, client: auth.Client) -> queries.Lake:
+    from cdclake.query.cuts import pin_tables
     from cdclake.query.queries import snapshot_at
 
     return queries.Lake(
-        settings.catalog_name, settings.namespace, client.may_read, functools.partial(snapshot_at, settings)
+        settings.catalog_name,
+        settings.namespace,
+        client.may_read,
+        functools.partial(snapshot_at, settings),
+        functools.partial(pin_tables, settings),
     )
 
 

@@ -7,11 +7,14 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cdclake.cli import debezium_cmd, holds_cmd, quarantine_cmd
 from cdclake.config.settings import Settings, SettingsError, load
 from cdclake.orchestration.airflow_api import AirflowError
+
+if TYPE_CHECKING:
+    from cdclake.query.statements import Cut
 
 
 def _sigterm(signum: int, frame: Any) -> NoReturn:
@@ -25,6 +28,9 @@ def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
     from cdclake.query.statements import QueryError, parse_as_of, statements_of
 
     as_of = parse_as_of(args.as_of) if args.as_of else None
+    cut = cut_of(args)
+    if cut is not None and as_of is not None:
+        raise QueryError(f"--as-of and --{'consistent' if cut.source is None else 'as-of-position'} cannot be combined")
     if args.max_rows is not None and args.max_rows < 0:
         raise QueryError("--max-rows must be >= 0 (0: all rows)")
     statements = [s for text in args.statement for s in statements_of(text)]
@@ -37,7 +43,7 @@ def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
         if not statements:
             raise QueryError(f"-f {args.file}: no statement in it")
     with query_session(settings, args.catalog, spark) as qs:
-        qs.fmt, qs.max_rows, qs.as_of = args.format, args.max_rows, as_of
+        qs.fmt, qs.max_rows, qs.as_of, qs.cut = args.format, args.max_rows, as_of, cut
         if not statements:
             interactive = sys.stdin.isatty()
             if interactive:
@@ -48,6 +54,7 @@ def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
                 qs.say(
                     f"{where}, catalog {qs.catalog} ({args.catalog}), namespace {settings.namespace}"
                     + (f", as of {as_of.describe()}" if as_of else "")
+                    + (f", {cut.label()}" if cut else "")
                     + "; end statements with ';', quit with Ctrl-D"
                 )
             return shell(qs, readline_input(settings) if interactive else input, sys.stdout, interactive)
@@ -55,6 +62,27 @@ def sql(args: argparse.Namespace, settings: Settings, spark: Any = None) -> int:
             if not qs.show(stmt, sys.stdout, echo=len(statements) > 1):
                 return 1
     return 0
+
+
+def cut_of(args: argparse.Namespace) -> Cut | None:
+    """``--consistent`` or ``--as-of-position SOURCE=POSITION`` (not both) as a cut."""
+    from cdclake.lake.positions import key
+    from cdclake.query.statements import Cut, QueryError
+
+    consistent, at = getattr(args, "consistent", False), getattr(args, "as_of_position", None)
+    if consistent and at:
+        raise QueryError("--consistent and --as-of-position cannot be combined (a position is one cut already)")
+    if consistent:
+        return Cut()
+    if not at:
+        return None
+    source, eq, position = at.partition("=")
+    if not (eq and source.strip() and position.strip()):
+        raise QueryError(f"--as-of-position wants SOURCE=POSITION (pg=0/16B3748), got {at!r}")
+    position = position.strip()
+    if key(position) is None and any(key(p) is None for p in position.split(",")):
+        raise QueryError(f"--as-of-position: {position!r} is not an LSN, integer, GTID (set) or binlog file:offset")
+    return Cut(source.strip(), position)
 
 
 def tables(settings: Settings, fmt: str) -> int:
@@ -152,6 +180,12 @@ alone. TIME is ISO 8601 (2026-01-01, "2026-01-01 12:00:00.250", 2026-01-01T12:00
 UTC without an offset. A snapshot id belongs to one table: the statement must read only that
 table.
 
+--consistent reads every table of a query at one catalog state, read once per query (all of a
+consistent publish or none of it), the same way: VERSION AS OF each table's snapshot, then the
+plan checked. --as-of-position SOURCE=POSITION picks, per table, the newest snapshot whose
+cdclake.source-position.SOURCE is at or before POSITION (an LSN 0/16B3748 or integer, a GTID
+0-1-12, a binlog file:offset); a table with none is an error.
+
 time travel in SQL (times are UTC):
   SELECT * FROM lake.cdc.orders VERSION AS OF 4348436197468765062
   SELECT * FROM lake.cdc.orders TIMESTAMP AS OF '2026-01-01 12:00:00' WHERE _cdc_row_id = '7'
@@ -188,6 +222,14 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--catalog", choices=CATALOGS, default="jdbc", help="the JDBC catalog (default) or the REST server")
     q.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
     q.add_argument("--as-of", metavar="SNAPSHOT_ID|TIME", help="read the tables as of a snapshot or time")
+    q.add_argument(
+        "--consistent", action="store_true", help="read every table of a query at one catalog state (the newest)"
+    )
+    q.add_argument(
+        "--as-of-position",
+        metavar="SOURCE=POSITION",
+        help="read every table at its newest snapshot at or before a source position (pg=0/16B3748)",
+    )
     q.add_argument(
         "--max-rows",
         type=int,

@@ -26,7 +26,7 @@ from cdclake.lake.spark import quiet_pyspark
 from cdclake.query import queries
 from cdclake.query.queries import error_line
 from cdclake.query.readonly import NotAQuery
-from cdclake.query.statements import AsOf, QueryError, split_statements
+from cdclake.query.statements import AsOf, Cut, QueryError, split_statements
 
 CATALOGS = ("jdbc", "rest")
 REST_CATALOG = "rest"
@@ -120,32 +120,41 @@ class QuerySession:
     max_rows: int | None = None
     fmt: str = "table"
     as_of: AsOf | None = None
+    cut: Cut | None = None
+    """``--consistent`` / ``--as-of-position``: every table of a query at one cut."""
     say: Callable[[str], None] = dataclasses.field(default=lambda msg: print(f"[cdclake] {msg}", file=sys.stderr))
 
     def lake(self) -> queries.Lake:
         """The query engine's view of the lake, without read rights (the CLI reads what its
         catalog lets it)."""
+        from cdclake.query.cuts import pin_tables
         from cdclake.query.queries import snapshot_at
 
         at = functools.partial(snapshot_at, self.settings)
-        return queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, at)
+        pin = functools.partial(pin_tables, self.settings)
+        return queries.Lake(self.catalog, self.settings.namespace, lambda *_: True, at, pin)
 
     def run(self, statement: str) -> Result:
         """Run one statement; a failure raises :class:`QueryError` with Spark's message in one line.
         ``<table>__history`` names the row history, as in the query API. With ``as_of``, the
         query runs as the query API runs it (:func:`cdclake.query.queries.explained`): one-part
-        and qualified names read at that time, and Spark's plan checked to read every table then."""
+        and qualified names read at that time, and Spark's plan checked to read every table then.
+        With ``cut``, the same with each table at its snapshot of the cut."""
         try:
-            if self.as_of is None:
+            if self.as_of is None and self.cut is None:
                 queries.history_views(self.spark, statement, self.lake())
                 return self.fetch(statement)
-            query = queries.Query(statement, as_of=self.as_of)
-            with queries.explained(self.spark, query, self.lake()) as (stmt, ex, lake):
-                scans = queries.check_plan(*queries.physical_scans(ex.physical), lake, self.as_of)
-                self.say(f"as of {self.as_of.describe()}: {', '.join(s.table for s in scans if not s.metadata)}")
+            query = queries.Query(statement, as_of=self.as_of, cut=self.cut)
+            with queries.explained(self.spark, query, self.lake()) as (stmt, ex, lake, at):
+                scans = queries.check_plan(*queries.physical_scans(ex.physical), lake, at)
+                read = ", ".join(f"{s.table}@{s.snapshot_id}" for s in scans if not s.metadata)
+                self.say(f"as of {at.describe() if at else ''}: {read}")
                 return self.fetch(stmt)
         except NotAQuery as exc:
-            raise QueryError(f"--as-of applies to queries: {exc}") from None
+            flag = (
+                "--as-of" if self.cut is None else ("--consistent" if self.cut.source is None else "--as-of-position")
+            )
+            raise QueryError(f"{flag} applies to queries: {exc}") from None
         except QueryError:
             raise
         except Exception as exc:  # Spark, Iceberg, the JVM or the Connect channel: one line

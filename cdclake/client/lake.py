@@ -138,10 +138,15 @@ class Lake:
         as_of: str | int | None = None,
         max_rows: int = 1000,
         timeout_s: float | None = None,
+        consistent: bool = False,
+        as_of_position: tuple[str, str] | None = None,
     ) -> Result:
         """Rows of one read-only statement; ``as_of`` (a snapshot id, or an ISO 8601 time) reads
-        every table as of then."""
-        return result(self._post(body(sql, params, as_of, max_rows, timeout_s, "json")).json())
+        every table as of then. ``consistent=True``: every table at one catalog state (the newest:
+        all of a publish or none of it); ``as_of_position=(source, position)``: every table at
+        its newest snapshot at or before that source position. At most one of the three."""
+        sent = body(sql, params, as_of, max_rows, timeout_s, "json", consistent, as_of_position)
+        return result(self._post(sent).json())
 
     def query_arrow(
         self,
@@ -150,11 +155,13 @@ class Lake:
         as_of: str | int | None = None,
         max_rows: int = 100_000,
         timeout_s: float | None = None,
+        consistent: bool = False,
+        as_of_position: tuple[str, str] | None = None,
     ) -> pa.Table:
         """The same, as a ``pyarrow.Table`` with Spark's types (needs pyarrow)."""
         import pyarrow.ipc
 
-        r = self._post(body(sql, params, as_of, max_rows, timeout_s, "arrow"))
+        r = self._post(body(sql, params, as_of, max_rows, timeout_s, "arrow", consistent, as_of_position))
         return pyarrow.ipc.open_stream(io.BytesIO(r.content)).read_all()
 
     def plan(
@@ -163,11 +170,14 @@ class Lake:
         params: Mapping[str, Scalar] | Sequence[Scalar] | None = None,
         as_of: str | int | None = None,
         timeout_s: float | None = None,
+        consistent: bool = False,
+        as_of_position: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         """What the statement would read, without running it (``POST /v1/query/plan``): Spark's
         ``plan`` text and, per Iceberg table scan, its ``snapshotId``, ``filters``, the ``files``
         and ``partitions`` pruning keeps and ``totals``."""
-        got: dict[str, Any] = self._post(plan_body(sql, params, as_of, timeout_s), "/v1/query/plan").json()
+        sent = plan_body(sql, params, as_of, timeout_s, consistent, as_of_position)
+        got: dict[str, Any] = self._post(sent, "/v1/query/plan").json()
         return got
 
     def changes(
@@ -301,22 +311,34 @@ def body(
     max_rows: int,
     timeout_s: float | None,
     fmt: str,
+    consistent: bool = False,
+    as_of_position: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"sql": sql, "format": fmt, "maxRows": max_rows}
     if params is not None:
         body["params"] = dict(params) if isinstance(params, Mapping) else list(params)
     if as_of is not None:
         body["asOf"] = as_of
+    if consistent:
+        body["consistent"] = True
+    if as_of_position is not None:
+        source, position = as_of_position
+        body["asOfPosition"] = {"source": source, "position": position}
     if timeout_s is not None:
         body["timeoutS"] = timeout_s
     return body
 
 
 def plan_body(
-    sql: str, params: Mapping[str, Scalar] | Sequence[Scalar] | None, as_of: str | int | None, timeout_s: float | None
+    sql: str,
+    params: Mapping[str, Scalar] | Sequence[Scalar] | None,
+    as_of: str | int | None,
+    timeout_s: float | None,
+    consistent: bool = False,
+    as_of_position: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A query's body without what only a run has (the plan endpoint refuses format and maxRows)."""
-    full = body(sql, params, as_of, 1, timeout_s, "json")
+    full = body(sql, params, as_of, 1, timeout_s, "json", consistent, as_of_position)
     return {k: v for k, v in full.items() if k not in ("format", "maxRows")}
 
 

@@ -60,8 +60,10 @@ class AsyncLake:
         as_of: str | int | None = None,
         max_rows: int = 1000,
         timeout_s: float | None = None,
+        consistent: bool = False,
+        as_of_position: tuple[str, str] | None = None,
     ) -> Result:
-        request = body(sql, params, as_of, max_rows, timeout_s, "json")
+        request = body(sql, params, as_of, max_rows, timeout_s, "json", consistent, as_of_position)
         r = await self._call("POST", "/v1/query", json=request)
         return result(r.json())
 
@@ -71,9 +73,12 @@ class AsyncLake:
         params: Mapping[str, Scalar] | Sequence[Scalar] | None = None,
         as_of: str | int | None = None,
         timeout_s: float | None = None,
+        consistent: bool = False,
+        as_of_position: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         """As :meth:`cdclake.client.lake.Lake.plan`."""
-        r = await self._call("POST", "/v1/query/plan", json=plan_body(sql, params, as_of, timeout_s))
+        sent = plan_body(sql, params, as_of, timeout_s, consistent, as_of_position)
+        r = await self._call("POST", "/v1/query/plan", json=sent)
         got: dict[str, Any] = r.json()
         return got
 

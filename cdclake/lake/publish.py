@@ -79,8 +79,8 @@ def publish(
 
     if not moves:
         return {}
-    current = _locations(catalog, list(moves))
-    metas = {ident: _read(_io(catalog, loc), loc) for ident, loc in current.items()}
+    current = locations(catalog, list(moves))
+    metas = {ident: read_metadata(file_io(catalog, loc), loc) for ident, loc in current.items()}
     # One timestamp for every table, never before a table's own last update (Iceberg refuses a
     # log that goes back in time).
     now_ms = max([int(clock() * 1000), *(int(m.get("last-updated-ms", 0)) for m in metas.values())])
@@ -172,7 +172,7 @@ def _ancestry(meta: Mapping[str, Any], sid: int) -> list[int]:
     return out
 
 
-def _locations(catalog: SqlCatalog, idents: list[Identifier]) -> dict[Identifier, str]:
+def locations(catalog: SqlCatalog, idents: list[Identifier]) -> dict[Identifier, str]:
     """The tables' current metadata locations, in one read of the catalog rows."""
     from pyiceberg.catalog.sql import IcebergTables
     from pyiceberg.exceptions import NoSuchTableError
@@ -225,13 +225,13 @@ def _session(catalog: SqlCatalog) -> Any:
     return Session(catalog.engine)
 
 
-def _io(catalog: SqlCatalog, location: str) -> FileIO:
+def file_io(catalog: SqlCatalog, location: str) -> FileIO:
     from pyiceberg.io import load_file_io
 
     return load_file_io(dict(catalog.properties), location)
 
 
-def _read(io: FileIO, location: str) -> dict[str, Any]:
+def read_metadata(io: FileIO, location: str) -> dict[str, Any]:
     with io.new_input(location).open() as stream:
         data = stream.read()
     if data[:2] == b"\x1f\x8b":  # a .gz.metadata.json (write.metadata.compression-codec=gzip)
@@ -254,7 +254,7 @@ def _write(catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any
     text = json.dumps(meta)
     TableMetadataUtil.parse_raw(text)  # still valid table metadata, or nothing is written
     new = _next_location(old)
-    io = _io(catalog, new)
+    io = file_io(catalog, new)
     with io.new_output(new).create(overwrite=False) as stream:
         raw = text.encode()
         stream.write(gzip.compress(raw) if new.endswith(".gz.metadata.json") else raw)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdclake.query import filters, limits, queries
+from cdclake.query.statements import AsOf
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -108,8 +109,8 @@ def plan(spark: SparkSession, query: queries.Query, lake: queries.Lake, load: Ca
     the lake's table of that name (pyiceberg). The session is left as it was found."""
     deadline = time.monotonic() + query.timeout_s
     with limits.deadline(spark, query.timeout_s, query.cancel):
-        text, checked = explained(spark, query, lake)
-    allowed = {(s.table, s.snapshot_id) for s in queries.check_plan(*queries.plan_scans(text), checked, query.as_of)}
+        text, checked, as_of = explained(spark, query, lake)
+    allowed = {(s.table, s.snapshot_id) for s in queries.check_plan(*queries.plan_scans(text), checked, as_of)}
     scans = []
     for scan in scan_texts(text):
         if (scan.table, scan.snapshot_id) not in allowed:
@@ -125,14 +126,14 @@ def _in_time(deadline: float, timeout_s: float) -> None:
         raise limits.TimedOut(f"planning the query took longer than its timeout of {timeout_s:g} s")
 
 
-def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> tuple[str, queries.Lake]:
+def explained(spark: SparkSession, query: queries.Query, lake: queries.Lake) -> tuple[str, queries.Lake, AsOf | None]:
     """``EXPLAIN FORMATTED`` of the statement as :func:`cdclake.query.queries.run` would run it
     (once :func:`cdclake.query.queries.explained` has found it a read-only query the client may
-    run), and the lake to check its scans with."""
+    run), the lake to check its scans with and the ``asOf`` they must read at."""
     args: Any = query.params
-    with queries.explained(spark, query, lake) as (statement, _, checked):
+    with queries.explained(spark, query, lake) as (statement, _, checked, as_of):
         row = spark.sql("EXPLAIN FORMATTED " + statement, args=args).first()
-        return (str(row[0]) if row else ""), checked
+        return (str(row[0]) if row else ""), checked, as_of
 
 
 def scan_files(scan: ScanText, table: Table | None) -> ScanFiles:

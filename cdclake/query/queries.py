@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from cdclake.contracts.events import CHANGES_SUFFIX, HISTORY_SUFFIX
 from cdclake.contracts.names import quote
-from cdclake.query import readonly, relations
+from cdclake.query import cuts, readonly, relations
 from cdclake.query.limits import deadline, fetch
 from cdclake.query.readonly import Explained
-from cdclake.query.statements import AsOf, QueryError, history_sql, tokens, with_as_of
+from cdclake.query.statements import AsOf, Cut, QueryError, history_sql, tokens, with_as_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,6 +69,8 @@ class Query:
     cancel: threading.Event | None = field(default=None, compare=False)
     """Set when the answer is no longer wanted (the client went away): the query's Spark jobs are
     interrupted and it ends with Cancelled."""
+    cut: Cut | None = None
+    """Read every table at one catalog state or source position (instead of ``as_of``)."""
 
 
 @dataclass(frozen=True)
@@ -172,14 +174,17 @@ class Lake:
     namespace: str
     may_read: Callable[[str, str], bool]  # (namespace, table) -> allowed
     snapshot_at: Callable[[str, AsOf], int | None]  # table -> its snapshot at that time (None: none then)
+    pin: cuts.Pin | None = None
+    """The snapshots of a cut of these tables (:func:`cdclake.query.cuts.pin_tables`); None: no
+    catalog to pin with."""
 
 
 def run(spark: SparkSession, query: Query, lake: Lake, max_bytes: int | None = None) -> Answer:
     """``query`` on ``spark``, or Refused/Forbidden/TimedOut/TooLarge/QueryError with a one-line
     reason. One deadline, ``query.timeout_s``, covers everything from the parse to the last row.
     It drops the temporary views it made before it returns."""
-    with deadline(spark, query.timeout_s, query.cancel), explained(spark, query, lake) as (statement, ex, checked):
-        scans = check_plan(*physical_scans(ex.physical), checked, query.as_of)
+    with deadline(spark, query.timeout_s, query.cancel), explained(spark, query, lake) as (statement, ex, checked, at):
+        scans = check_plan(*physical_scans(ex.physical), checked, at)
         args: Any = query.params
         df = spark.sql(statement, args=args).limit(query.max_rows + 1)
         table = fetch(spark, df, max_bytes)
@@ -195,10 +200,11 @@ def explain(spark: SparkSession, statement: str, args: Any) -> Explained:
 
 
 @contextlib.contextmanager
-def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[str, Explained, Lake]]:
-    """The statement as it will run (history views made, ``asOf`` asked for), Spark's plans of it
-    and the lake to check them with; Refused unless Spark's parse of the statement is a read-only
-    query, before anything else runs. The temporary views are dropped after."""
+def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[str, Explained, Lake, AsOf | None]]:
+    """The statement as it will run (history views made, ``asOf`` asked for), Spark's plans of it,
+    the lake to check them with and the ``asOf`` they must read at (a cut's: each table pinned at
+    its snapshot of the cut, chosen once here); Refused unless Spark's parse of the statement is
+    a read-only query, before anything else runs. The temporary views are dropped after."""
     # time_travel and check_plan both ask for a table's snapshot then: one catalog load each.
     lake = dataclasses.replace(lake, snapshot_at=functools.cache(lake.snapshot_at))
     args: Any = query.params
@@ -208,16 +214,18 @@ def explained(spark: SparkSession, query: Query, lake: Lake) -> Iterator[tuple[s
     spark.conf.set(AGGREGATE_PUSH_DOWN, "false")
     ex = explain(spark, query.sql, args)
     readonly.check_query(ex)
-    statement, views = query.sql, []
+    statement, views, as_of = query.sql, [], query.as_of
     try:
-        views += history_views(spark, statement, lake)
-        if query.as_of is not None:
-            statement = time_travel(spark, statement, lake, query.as_of, query.params, views)
+        if query.cut is not None:
+            as_of = cuts.pinned(lake.pin, query.cut, ex.text, lake.catalog, lake.namespace, lake.may_read)
+        views += history_views(spark, statement, lake, as_of)
+        if as_of is not None:
+            statement = time_travel(spark, statement, lake, as_of, query.params, views)
         if views or statement != query.sql:
             ex = explain(spark, statement, args)
             readonly.check_query(ex)  # the rewritten text is Spark's to read again
         check_touched(spark, statement, args, lake, ex)
-        yield statement, ex, lake
+        yield statement, ex, lake, as_of
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
@@ -281,15 +289,20 @@ def check_plan(scans: list[Scan], other: list[str], lake: Lake, as_of: AsOf | No
             raise Forbidden(f"this client may not read {lake.namespace}.{table}")
         if as_of is None or s.metadata:
             continue  # a metadata table describes every snapshot: it has no time to travel to
-        want = lake.snapshot_at(table, as_of)
+        want = wanted(lake, table, as_of)
         if want is None:
-            raise Refused(f"asOf {as_of.describe()}: {lake.namespace}.{table} has no snapshot at that time")
+            raise Refused(f"{as_of.heading()}: {lake.namespace}.{table} has no snapshot at that time")
         if s.snapshot_id != want:
             raise Refused(
-                f"asOf {as_of.describe()}: the query would read {table} at snapshot {s.snapshot_id}, not at "
+                f"{as_of.heading()}: the query would read {table} at snapshot {s.snapshot_id}, not at "
                 f"{want} (its snapshot then); name it {table} or {lake.catalog}.{lake.namespace}.{table}"
             )
     return scans
+
+
+def wanted(lake: Lake, table: str, as_of: AsOf) -> int | None:
+    """The snapshot of ``table`` a read at ``as_of`` must read (a pinned one, else the lake's)."""
+    return as_of.snapshot_of(table) if as_of.pinned is not None else lake.snapshot_at(table, as_of)
 
 
 def time_travel(
@@ -310,26 +323,28 @@ def time_travel(
     values = params.values() if isinstance(params, Mapping) else params
     words |= {v.lower() for v in values if isinstance(v, str)}
     for name in sorted(words & names):
-        if lake.snapshot_at(name, as_of) is None:
+        if wanted(lake, name, as_of) is None:
             continue  # nothing to read then: if the query reads it, check_plan says so
         source = f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(name)}"
-        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS SELECT * FROM {source} {as_of.clause()}")
+        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS SELECT * FROM {source} {as_of.clause(name)}")
         if views is not None:
             views.append(name)
     return statement
 
 
-def history_views(spark: SparkSession, statement: str, lake: Lake) -> list[str]:
+def history_views(spark: SparkSession, statement: str, lake: Lake, as_of: AsOf | None = None) -> list[str]:
     """``<table>__history`` in ``statement``: a temporary view of that table's row history
     (:func:`cdclake.query.statements.history_sql`), when the table has a change history. The
-    views made."""
+    views made. A pinned ``as_of`` reads the change history at its pinned snapshot (the view's
+    text is not the statement's, which the time-travel rewrite sees)."""
     made = []
     for name in sorted(w for w in names_in(statement) if w.endswith(HISTORY_SUFFIX) and len(w) > len(HISTORY_SUFFIX)):
         table = name.removesuffix(HISTORY_SUFFIX)
         if not lake.may_read(lake.namespace, table + CHANGES_SUFFIX):
             continue  # not even whether it exists: the name stays unresolved, and Forbidden
         if spark.catalog.tableExists(f"{quote(lake.catalog)}.{quote(lake.namespace)}.{quote(table + CHANGES_SUFFIX)}"):
-            body = history_sql(lake.catalog, lake.namespace, table)
+            pinned = as_of.clause(table + CHANGES_SUFFIX) if as_of is not None and as_of.pinned is not None else None
+            body = history_sql(lake.catalog, lake.namespace, table, pinned or "")
             spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {quote(name)} AS {body}")
             made.append(name)
     return made
@@ -345,6 +360,8 @@ def snapshot_at(settings: Settings, table: str, as_of: AsOf) -> int | None:
     an id: itself, if the table has it); None when there is none then, or no such table."""
     from cdclake.lake.catalog import load_table
 
+    if as_of.pinned is not None:
+        return as_of.snapshot_of(table)
     t = load_table(settings, table)
     if t is None:
         return None

@@ -4,7 +4,7 @@ comments) and ``--as-of`` time travel (the clause added after every fully qualif
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -73,22 +73,58 @@ def statements_of(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class AsOf:
-    """``--as-of``: a snapshot id (digits) or a point in time (epoch milliseconds)."""
+    """``--as-of``: a snapshot id (digits) or a point in time (epoch milliseconds); or, for a
+    consistent read, each table's own snapshot (``pinned``: lower-case table name and snapshot,
+    None for a table with none; ``label`` says what chose them)."""
 
     snapshot_id: int | None = None
     timestamp_ms: int | None = None
+    pinned: tuple[tuple[str, int | None], ...] | None = None
+    label: str = ""
 
-    def clause(self) -> str:
+    @classmethod
+    def pin(cls, snapshots: Mapping[str, int | None], label: str) -> AsOf:
+        # A tuple, not a dict: an AsOf is a key of the query engine's per-query cache.
+        return cls(pinned=tuple(sorted((t.lower(), s) for t, s in snapshots.items())), label=label)
+
+    def snapshot_of(self, table: str) -> int | None:
+        """A pinned table's snapshot; None when it has none or is not pinned."""
+        return dict(self.pinned or ()).get(table.lower())
+
+    def clause(self, table: str = "") -> str | None:
+        """The clause that reads ``table`` as asked; None for a pinned read of a table with no
+        snapshot pinned (nothing to travel to: the plan check refuses a read of it)."""
+        if self.pinned is not None:
+            sid = self.snapshot_of(table)
+            return None if sid is None else f"VERSION AS OF {sid}"
         if self.snapshot_id is not None:
             return f"VERSION AS OF {self.snapshot_id}"
         # Epoch milliseconds, not a string: a string literal is read in the session time zone.
         return f"TIMESTAMP AS OF timestamp_millis({self.timestamp_ms})"
 
     def describe(self) -> str:
+        if self.pinned is not None:
+            return self.label
         if self.snapshot_id is not None:
             return f"snapshot {self.snapshot_id}"
         assert self.timestamp_ms is not None
         return (EPOCH + timedelta(milliseconds=self.timestamp_ms)).isoformat(timespec="milliseconds")
+
+    def heading(self) -> str:
+        """How an error about this read begins: the request's field and value."""
+        return self.label if self.pinned is not None else f"asOf {self.describe()}"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A consistent read asked for: every table the statement reads at one catalog state
+    (``source`` None: the newest), or at ``source``'s ``position`` (:mod:`cdclake.lake.cut`)."""
+
+    source: str | None = None
+    position: str = ""
+
+    def label(self) -> str:
+        return "consistent" if self.source is None else f"asOfPosition {self.source}={self.position}"
 
 
 def parse_as_of(text: str) -> AsOf:
@@ -145,7 +181,10 @@ def with_as_of(statement: str, catalogs: Sequence[str], namespace: str, as_of: A
         nxt = toks[sig[j + 5]] if j + 5 < len(sig) else ("", "")
         if nxt == dot or (nxt[0] == "word" and nxt[1].upper() in ("VERSION", "TIMESTAMP", "FOR")):
             continue
-        after[sig[j + 4]] = as_of.clause()
+        clause = as_of.clause(_name(c) or "")
+        if clause is None:
+            continue  # pinned with no snapshot: read as it is, and the plan check refuses it
+        after[sig[j + 4]] = clause
         name = f"{_name(a)}.{ns}.{_name(c)}"
         if name not in read:
             read.append(name)
@@ -167,7 +206,7 @@ def with_as_of(statement: str, catalogs: Sequence[str], namespace: str, as_of: A
     return "".join(out), read
 
 
-def history_sql(catalog: str, namespace: str, table: str) -> str:
+def history_sql(catalog: str, namespace: str, table: str, clause: str = "") -> str:
     """The row history of ``table`` (SCD type 2), from its change history: every applied change
     with ``_commit_timestamp`` (the run's commit time), ``_cdc_valid_from`` / ``_cdc_valid_to`` (the next
     change of the key, NULL while current) and ``_cdc_is_current``; a DELETE closes its key. A
@@ -176,6 +215,7 @@ def history_sql(catalog: str, namespace: str, table: str) -> str:
     expiry does not touch it (the change history's rows stay). The row at T:
     ``_cdc_valid_from <= T AND (_cdc_valid_to IS NULL OR _cdc_valid_to > T) AND _cdc_operation <> 'DELETE'``."""
     source = ".".join(quote(p) for p in (catalog, namespace, table + CHANGES_SUFFIX))
+    source += f" {clause}" if clause else ""
     later = f"PARTITION BY {h.KEY} ORDER BY {h.COMMITTED_AT}, {h.ORDER}, {h.SOURCE}, {h.SEQ}"
     return (
         f"SELECT c.*, {h.COMMITTED_AT} AS _commit_timestamp, {h.COMMITTED_AT} AS _cdc_valid_from, "
