@@ -154,7 +154,7 @@ def not_cross_site(request: Request) -> None:
 
 def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
 
     def may_trigger(dag_id: str) -> Any:
         return Depends(requires_access_dag("POST", DagAccessEntity.RUN, param_dag_id=dag_id))
@@ -185,6 +185,19 @@ def _action_routes(app: FastAPI, settings_of: Callable[[], Settings]) -> None:
     @app.post("/v1/apply", dependencies=[may_trigger(APPLY_DAG), Depends(not_cross_site)])
     def apply(body: TableAction, request: Request) -> dict[str, str]:
         return trigger(request, APPLY_DAG, {"tables": [lake_table(settings_of(), body.table, staged_too=True)]})
+
+    # Releasing a hold lets the next cdc_apply run publish: a right of whoever may trigger it.
+    @app.post("/v1/holds/release", dependencies=[may_trigger(APPLY_DAG), Depends(not_cross_site)])
+    def release(body: TableAction, user: Any = Depends(get_user)) -> dict[str, Any]:  # noqa: B008 - FastAPI's form
+        from cdclake.lake import holds
+        from cdclake.staging import stores
+
+        table = body.table.lower()
+        try:
+            h = holds.release(stores.open_store(settings_of()), table, by=str(user.get_name()))
+        except ValueError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return {"table": table, "released": True, "tables": h.tables}
 
     @app.post("/v1/expire", dependencies=[may_trigger(EXPIRE_DAG), Depends(not_cross_site)])
     def expire(body: TableAction, request: Request) -> dict[str, str]:

@@ -112,7 +112,25 @@ def _reasons(s: TableStatus) -> str:
     return f'<span data-count="quarantined">{s.quarantined}</span>{reasons}'
 
 
+def _held(s: TableStatus) -> str:
+    """A publish held by a failing expectation, and its Release button."""
+    if not s.held:
+        return ""
+    js_name = escape(json.dumps(s.table))
+    why = "".join(f"<br><small>{escape(h)}</small>" for h in s.held)
+    if s.released:
+        return f'<p class="error" data-role="held">Publish held, released: the next apply publishes once{why}</p>'
+    return (
+        f'<p class="error" data-role="held">Publish held by an expectation{why}</p>'
+        f"<button onclick=\"act(this, 'v1/holds/release', {{table: {js_name}}})\">Release</button> "
+    )
+
+
 def _actions(s: TableStatus) -> str:
+    return _held(s) + _table_actions(s)
+
+
+def _table_actions(s: TableStatus) -> str:
     t = escape(s.table)
     js_name = escape(json.dumps(s.table))  # a JS string literal, then attribute-escaped
     # A side table (<t>__changes, ...) is written by its CDC table's apply: nothing to apply by itself.

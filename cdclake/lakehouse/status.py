@@ -14,7 +14,7 @@ but no Iceberg table yet. Two freshness figures, named for what they measure:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdclake import staging
@@ -61,6 +61,10 @@ class TableStatus:
     freshness_event_s: float | None
     freshness_commit_s: float
     since_commit_s: float | None
+    held: list[str] = field(default_factory=list)
+    """The expectations holding the table's publish, each with why (:mod:`cdclake.lake.holds`)."""
+    released: bool = False
+    """An operator released the hold: the next apply publishes once."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,7 +158,16 @@ def lake_status(
     """Every table of the namespace and every table with staging objects, by name."""
     from cdclake.lake.catalog import pending_by_table
     from cdclake.lake.health import all_tables
+    from cdclake.lake.holds import held
 
-    by_table = pending_by_table(settings, store or stores.open_store(settings))
+    store = store or stores.open_store(settings)
+    by_table = pending_by_table(settings, store)
+    holds = held(store)
     names = sorted(set(all_tables(settings)) | set(by_table))
-    return [table_status(settings, n, by_table.get(n, []), now_ms, min_files) for n in names]
+    out = [table_status(settings, n, by_table.get(n, []), now_ms, min_files) for n in names]
+    return [
+        replace(s, held=[f"{f.expectation}: {f.detail}" for f in h.failures], released=h.released)
+        if (h := holds.get(s.table))
+        else s
+        for s in out
+    ]

@@ -145,6 +145,7 @@ def test_an_unreachable_catalog_is_said_not_raised(tmp_path: Path) -> None:
         ("POST", "/v1/compaction/auto"),
         ("POST", "/v1/apply"),
         ("POST", "/v1/expire"),
+        ("POST", "/v1/holds/release"),
     ],
 )
 def test_anonymous_requests_are_refused(settings: Settings, method: str, path: str) -> None:
@@ -390,3 +391,35 @@ def test_apply_takes_a_table_that_staging_waits_to_create_and_the_others_only_ic
     r = client.post("/v1/apply", json={"table": "orders__quarantine"}, headers=admin)
     assert r.status_code == 404, r.text  # a side table is applied with its CDC table
     assert RecordingAirflow.calls == [(settings.airflow_url, "token-of-admin", "cdc_apply", {"tables": ["fresh"]})]
+
+
+def test_a_held_publish_is_shown_and_released_by_a_user_who_may_trigger_cdc_apply(
+    authed: tuple[Any, FakeAuthManager], settings: Settings
+) -> None:
+    from cdclake.lake import holds
+    from cdclake.staging.stores import open_store
+
+    client, fake = authed
+    cdc_table(settings, appends=1, counts={"received": 1, "applied": 1})
+    store = open_store(settings)
+    holds.hold(
+        store, [holds.Failure("orders", "key_unique", "2 keys (id) held by <b>more</b> than one row")], ["orders"]
+    )
+    page = client.get("/", headers={"Authorization": "Bearer token-of-viewer"}).text
+    assert (
+        "Publish held by an expectation" in page and "key_unique: 2 keys (id) held by &lt;b&gt;more&lt;/b&gt;" in page
+    )
+    assert "v1/holds/release" in page
+    [row] = [t for t in client.get("/v1/tables", headers={"Authorization": "Bearer token-of-viewer"}).json()]
+    assert row["held"] and row["released"] is False
+
+    r = client.post("/v1/holds/release", json={"table": "orders"}, headers={"Authorization": "Bearer token-of-viewer"})
+    assert r.status_code == 403 and not holds.held(store)["orders"].released
+    assert ("viewer", "POST", "cdc_apply") in fake.asked
+    admin = {"Authorization": "Bearer token-of-admin"}
+    r = client.post("/v1/holds/release", json={"table": "orders"}, headers=admin)
+    assert r.status_code == 200 and r.json() == {"table": "orders", "released": True, "tables": ["orders"]}
+    assert holds.held(store)["orders"].released
+    assert "Publish held, released" in client.get("/", headers=admin).text
+    r = client.post("/v1/holds/release", json={"table": "lines"}, headers=admin)
+    assert r.status_code == 404 and "lines is not held" in r.text
