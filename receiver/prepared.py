@@ -10,6 +10,7 @@ from typing import Any, Literal
 from cdclake.contracts.events import Batch, stage_lines, stage_markers, stage_types
 from cdclake.contracts.numbers import check_number_lengths
 from cdclake.staging.names import TRANSACTIONS
+from cdclake.staging.receipts import TxEvents
 
 Status = Literal["persisted", "duplicate", "fallback"]
 
@@ -29,7 +30,7 @@ class Prepared:
     types: dict[str, Any] | None = None
     """Per table, its object's JSON types (:func:`cdclake.contracts.events.stage_types`), for the
     receipt: the apply reads the object with them instead of inferring."""
-    transactions: dict[str, dict[str, int]] | None = None
+    transactions: dict[str, dict[str, TxEvents]] | None = None
     """Per table, its object's distinct events per source transaction (:func:`transaction_counts`),
     for the receipt: what decides a transaction is whole without reading the objects."""
 
@@ -67,9 +68,11 @@ class Landed:
     """Where the events are: object URIs, or the spool file for ``fallback``."""
 
 
-def transaction_counts(batch: Batch) -> dict[str, dict[str, int]] | None:
-    """Per table (lower-cased, as staged), how many distinct events of each source transaction
-    the batch's object holds; None when no event is in a transaction.
+def transaction_counts(batch: Batch) -> dict[str, dict[str, TxEvents]] | None:
+    """Per table (lower-cased, as staged), which distinct events of each source transaction the
+    batch's object holds (:attr:`cdclake.staging.receipts.Receipt.transactions`): their
+    ``tableOrder`` runs when every one carries it, else how many; None when no event is in a
+    transaction.
 
     Distinct as the apply sees them: it keeps one delivery of each (source, sequence) of a table
     (``spark_jobs.read.drop_exact_duplicates``), so a transaction's END counts each of its events
@@ -77,16 +80,29 @@ def transaction_counts(batch: Batch) -> dict[str, dict[str, int]] | None:
     over-full. The first copy's transaction is the one counted (the apply keeps one copy; a
     producer that sends one sequence under two transactions is wrong either way)."""
     seen: set[tuple[str, int]] = set()
-    out: dict[str, dict[str, int]] = {}
+    orders: dict[str, dict[str, list[int | None]]] = {}
     for ev in batch.events:
         table = ev.table.lower()
         if (table, ev.sequence) in seen:
             continue
         seen.add((table, ev.sequence))
         if ev.transaction is not None:
-            counts = out.setdefault(table, {})
-            counts[ev.transaction.id] = counts.get(ev.transaction.id, 0) + 1
-    return out or None
+            orders.setdefault(table, {}).setdefault(ev.transaction.id, []).append(ev.transaction.tableOrder)
+    return {t: {tx: _events(found) for tx, found in per_tx.items()} for t, per_tx in orders.items()} or None
+
+
+def _events(orders: list[int | None]) -> TxEvents:
+    """``[first, last]`` runs of the orders when all are known and distinct, else the count."""
+    known = sorted(o for o in orders if o is not None)
+    if len(known) < len(orders) or len(set(known)) < len(known):
+        return len(orders)
+    runs: list[list[int]] = []
+    for o in known:
+        if runs and o == runs[-1][1] + 1:
+            runs[-1][1] = o
+        else:
+            runs.append([o, o])
+    return runs
 
 
 def content_digest(objects: dict[str, bytes]) -> str:

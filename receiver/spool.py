@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from cdclake import staging
+from cdclake.staging.receipts import TxEvents
 from receiver.prepared import Prepared
 
 
@@ -20,7 +21,7 @@ class Spooled(msgspec.Struct):
     events: int
     objects: dict[str, str]
     types: dict[str, Any] | None = None
-    transactions: dict[str, dict[str, int]] | None = None
+    transactions: dict[str, dict[str, TxEvents]] | None = None
     """:attr:`Prepared.transactions`: without it the drained batch's receipt would count no
     events of its transactions, and they would never look whole."""
 

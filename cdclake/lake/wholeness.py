@@ -30,7 +30,7 @@ import msgspec
 from cdclake.contracts.events import StagedMarker
 from cdclake.lake import positions
 from cdclake.staging.names import TRANSACTIONS
-from cdclake.staging.receipts import Receipt, decode_receipt, parse_receipt_name, receipt_prefix
+from cdclake.staging.receipts import Receipt, TxEvents, decode_receipt, parse_receipt_name, receipt_prefix
 from cdclake.staging.store import Store
 
 Why = Literal["open", "short", "over", "conflict", "uncounted", "entangled"]
@@ -44,7 +44,8 @@ class Holding:
 
     path: str
     table: str
-    transactions: Mapping[str, int] = field(default_factory=dict)
+    transactions: Mapping[str, TxEvents] = field(default_factory=dict)
+    """Per transaction, how many of its events, or their ``tableOrder`` runs (the receipt's form)."""
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,7 @@ def whole(markers: Iterable[StagedMarker], objects: Iterable[Holding]) -> Verdic
     """The verdict on one source's landed markers and objects (each object once)."""
     objs = list(objects)
     ends, ids = _ends(markers)
-    landed: dict[str, dict[str, int]] = {}
-    for o in objs:
-        for tx, n in o.transactions.items():
-            per_table = landed.setdefault(tx, {})
-            per_table[o.table] = per_table.get(o.table, 0) + n
+    landed = _landed(objs)
     ids |= set(landed)
     held = {tx: h for tx in sorted(ids) if (h := _judge(tx, ends.get(tx, set()), landed.get(tx, {}))) is not None}
     _entangle(objs, held)
@@ -107,6 +104,25 @@ def whole(markers: Iterable[StagedMarker], objects: Iterable[Holding]) -> Verdic
     )
     ended_at = {tx: p for tx in ok for e in ends.get(tx, ()) if (p := e.position) is not None}
     return Verdict(ok, held, publishable, position, behind, ended_at)
+
+
+def _landed(objs: list[Holding]) -> dict[str, dict[str, int]]:
+    """Per transaction and table, its distinct landed events: counts add up; ``tableOrder`` runs
+    are united first, so an event landed in two objects (a re-sent post cut differently) counts
+    once."""
+    counted: dict[tuple[str, str], int] = {}
+    ordered: dict[tuple[str, str], set[int]] = {}
+    for o in objs:
+        for tx, events in o.transactions.items():
+            if isinstance(events, int):
+                counted[(tx, o.table)] = counted.get((tx, o.table), 0) + events
+            else:
+                ordered.setdefault((tx, o.table), set()).update(n for lo, hi in events for n in range(lo, hi + 1))
+    out: dict[str, dict[str, int]] = {}
+    for tx, table in counted.keys() | ordered.keys():
+        n = counted.get((tx, table), 0) + len(ordered.get((tx, table), ()))
+        out.setdefault(tx, {})[table] = n
+    return out
 
 
 def _ends(markers: Iterable[StagedMarker]) -> tuple[dict[str, set[_End]], set[str]]:

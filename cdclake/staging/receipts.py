@@ -39,6 +39,10 @@ def parse_receipt_name(name: str) -> tuple[int, int] | None:
     return (int(m["seq"]), int(m["gen"])) if m else None
 
 
+TxEvents = int | list[list[int]]
+"""A table object's events of one transaction: how many, or their ``tableOrder`` runs."""
+
+
 class Receipt(msgspec.Struct, omit_defaults=True):
     """A receipt's content (JSON): written by the receiver's landing (:mod:`receiver.claim`),
     read back there, by the apply (:func:`recorded_types`), by the clean-up
@@ -61,11 +65,14 @@ class Receipt(msgspec.Struct, omit_defaults=True):
     """Per table, the JSON types of the batch's object for it
     (:func:`cdclake.contracts.jsontypes.record`): the apply reads objects with them instead of
     inferring. None (an older receiver): the apply infers."""
-    transactions: dict[str, dict[str, int]] | None = None
-    """Per table object, how many distinct events (as the apply counts them: an exact duplicate
-    once) it holds of each source transaction, ``{table: {transaction id: events}}``; None when
-    the batch has no event in a transaction (or an older receiver landed it). What
-    :mod:`cdclake.lake.wholeness` judges a transaction's completeness by, without reading objects."""
+    transactions: dict[str, dict[str, TxEvents]] | None = None
+    """Per table object, which distinct events (as the apply counts them: an exact duplicate
+    once) it holds of each source transaction, ``{table: {transaction id: events}}``: a count, or,
+    when every one of them carries its ``tableOrder``, those orders as ``[first, last]`` runs
+    (so the same event landed again in another batch, as a restarted Debezium re-sends it, is
+    counted once across objects). None when the batch has no event in a transaction (or an older
+    receiver landed it). What :mod:`cdclake.lake.wholeness` judges a transaction's completeness
+    by, without reading objects."""
 
 
 _receipt_decoder = msgspec.json.Decoder(Receipt)

@@ -25,7 +25,7 @@ def land(store: staging.Store, seq: int, now: int, tables: list[str], tx: str) -
     """Batch ``seq`` of ``app`` as the receiver lands it: receipt, table objects (one event of
     ``tx`` each), its END."""
     keys = [staging.make_key(t, "app", seq, now) for t in [*tables, TX]]
-    counts = {t: {tx: 1} for t in tables}
+    counts: dict[str, dict[str, staging.receipts.TxEvents]] = {t: {tx: 1} for t in tables}
     r = Receipt("app", seq, 0, now, "d" * 64, len(tables), [k.path for k in keys], "host:1:1", transactions=counts)
     assert store.put_if_absent(staging.receipt_path("app", seq), msgspec.json.encode(r))
     for k in keys:

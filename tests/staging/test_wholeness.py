@@ -149,3 +149,29 @@ def test_a_receipt_without_counts_reads_as_before_and_none_are_written_when_ther
     counted = Receipt("a", 1, 0, 5, "d", 1, ["t/x"], "h:1:1", None, {"t": {"tx": 1}})
     assert json.loads(encode_receipt(counted))["transactions"] == {"t": {"tx": 1}}
     assert decode_receipt(encode_receipt(counted)) == counted
+
+
+def test_a_transaction_re_sent_in_posts_cut_differently_is_whole_once_by_its_table_orders() -> None:
+    """A restarted Debezium re-sends events under new batch numbers, cut differently: by their
+    ``tableOrder`` runs each event counts once across objects; by counts alone they would add up
+    to more than the END says (a fault)."""
+    first = [Holding("orders/a", "orders", {"t1": [[1, 2]]}), Holding("lines/a", "lines", {"t1": [[1, 1]]})]
+    again = [Holding("orders/b", "orders", {"t1": [[2, 3]]}), Holding("lines/b", "lines", {"t1": [[1, 2]]})]
+    v = whole([end("t1", {"orders": 3, "lines": 2}, "9")], first + again)
+    assert v.whole == {"t1"} and v.publishable == {"orders/a", "lines/a", "orders/b", "lines/b"}
+    counted = [Holding(o.path, o.table, {"t1": 2}) for o in first + again]
+    assert whole([end("t1", {"orders": 3, "lines": 2}, "9")], counted).held["t1"].why == "over"
+
+
+def test_the_receiver_records_table_order_runs_when_every_event_has_one() -> None:
+    from cdclake.contracts.events import decode_batch, encode
+    from receiver.prepared import transaction_counts
+
+    def ev(seq: int, table: str, order: int | None) -> dict[str, object]:
+        block = {"id": "t1"} | ({"tableOrder": order} if order is not None else {})
+        e = {"sequence": seq, "timestamp": 1, "operation": "INSERT", "table": table, "rowId": str(seq)}
+        return e | {"after": {"v": 1}, "transaction": block}
+
+    events = [ev(1, "orders", 1), ev(2, "orders", 2), ev(3, "orders", 4), ev(3, "orders", 4), ev(4, "Lines", None)]
+    batch = decode_batch(encode({"source": "s", "sequenceNumber": 1, "events": events}))
+    assert transaction_counts(batch) == {"orders": {"t1": [[1, 2], [4, 4]]}, "lines": {"t1": 1}}
