@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -287,6 +287,26 @@ def result(got: dict[str, Any]) -> Result:
     names = [c["name"] for c in got["columns"]]
     rows = [dict(zip(names, r, strict=True)) for r in got["rows"]]
     return Result(got["columns"], rows, bool(got["truncated"]), got.get("snapshots", []))
+
+
+def by_transaction(changes: Iterable[dict[str, Any]]) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """Changes grouped by their source transaction (``"transaction"``), groups in the order their
+    first change came, changes in theirs; a change of no transaction is a group of its own (id
+    None). With the consistent publish a transaction's changes are committed together, in every
+    table; a page cut by ``limit`` can still end inside one (its last groups may continue on the
+    next page)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    out: list[tuple[str | None, list[dict[str, Any]]]] = []
+    for c in changes:
+        tx = c.get("transaction")
+        if tx is None:
+            out.append((None, [c]))
+        elif tx in groups:
+            groups[tx].append(c)
+        else:
+            groups[tx] = [c]
+            out.append((tx, groups[tx]))
+    return out
 
 
 def subscription(tables: Sequence[str], operations: Sequence[str] | None) -> dict[str, str]:

@@ -102,3 +102,19 @@ def test_a_transaction_lands_through_the_real_receiver(tmp_path: Path) -> None:
     [key] = store.list(staging.TRANSACTIONS)
     line: dict[str, Any] = json.loads(store.get(key))
     assert (line["id"], line["eventCount"], line["tables"]) == ("tx-42", 2, {"users": 1, "orders": 1})
+
+
+def test_changes_group_by_their_source_transaction_in_first_seen_order() -> None:
+    from cdclake.client.lake import by_transaction
+
+    feed: list[dict[str, Any]] = [
+        {"table": "orders", "rowId": "1", "transaction": "t1"},
+        {"table": "users", "rowId": "9", "transaction": None},
+        {"table": "order_lines", "rowId": "1", "transaction": "t2"},
+        {"table": "order_lines", "rowId": "2", "transaction": "t1"},
+    ]
+    assert [(tx, [c["rowId"] for c in cs]) for tx, cs in by_transaction(feed)] == [
+        ("t1", ["1", "2"]),
+        (None, ["9"]),
+        ("t2", ["1"]),
+    ]

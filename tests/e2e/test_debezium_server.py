@@ -269,7 +269,7 @@ class LakeTable:
 def lake(request: pytest.FixtureRequest, runs: dict[str, Outcome]) -> dict[str, Any]:
     """Iceberg tables after one apply of what each basic and schema-less run staged
     (``source/table`` -> LakeTable, or the apply's exception). Spark starts only if something landed."""
-    from spark_jobs.apply import apply_table
+    from spark_jobs.apply import apply_together
 
     out: dict[str, Any] = {}
     named = {"pg": "pg_basic", "mariadb": "maria_basic", "pg_nos": "pg_nos", "mariadb_nos": "maria_nos"}
@@ -279,9 +279,8 @@ def lake(request: pytest.FixtureRequest, runs: dict[str, Outcome]) -> dict[str, 
         if not tables:
             continue
         spark = request.getfixturevalue("spark")
-        try:
-            for table in tables:
-                apply_table(spark, o.settings, table, 10_000)
+        try:  # together, as cdc_apply runs tables that share the source's transactions
+            apply_together(spark, o.settings, tables, 10_000)
         except Exception as exc:  # an apply never fails because of data: the test says so
             out[name] = exc
             continue
