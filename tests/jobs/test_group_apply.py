@@ -51,21 +51,22 @@ def test_a_draining_task_applies_micro_batch_after_micro_batch(
         monkeypatch.setenv(name, value)
     order: list[str] = []
     waiter: list[threading.Thread] = []
-    apply_table = apply.apply_table
+    apply_tables = apply.apply_tables
 
     def compact() -> None:
         with table_lock(settings, "delta", "compact", wait_s=300):
             order.append("compact")
 
-    def observed(spark: Any, settings: Any, table: str, max_objects: int) -> dict[str, Any]:
+    def observed(spark: Any, settings: Any, run: list[str], max_objects: int) -> list[dict[str, Any]]:
+        [table] = run
         order.append(table)
         if table == "delta" and not waiter:  # the first pass holds delta's lock here
             waiter.append(threading.Thread(target=compact))
             waiter[0].start()
             time.sleep(2)  # it queues for the lock while this pass still holds it
-        return apply_table(spark, settings, table, max_objects)
+        return apply_tables(spark, settings, run, max_objects)
 
-    monkeypatch.setattr(apply, "apply_table", observed)
+    monkeypatch.setattr(apply, "apply_tables", observed)
     tables = ("delta", "epsilon")
     w = generate(events=120, seed=5, tables=tables, batch_size=30, duplicate_every=0)
     keys = stage(settings, w.batches)
