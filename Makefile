@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc docs sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc docs sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-consistency bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
 
 PY := .venv/bin/python
 
@@ -73,6 +73,10 @@ bench-freshness: setup
 # One small apply alone (what freshness is made of), 30 vs 4,000 events: `make bench-microbatch`
 bench-microbatch: setup
 	@$(PY) -m tests.bench.microbatch $(ARGS)
+
+# Three tables' source transactions, one publish per micro-batch (consistent) vs a publish per table: `make bench-consistency`
+bench-consistency: setup
+	@$(PY) -m tests.bench.consistency $(ARGS)
 
 # Full-scan time before/after compacting a table made by 50 small applies: `make bench-compaction`
 bench-compaction: setup
