@@ -99,7 +99,12 @@ def apply_tables(
     # After the listing: a receipt is written before its objects, so every listed object's
     # transactions are known here (an object surveyed first could be taken as transaction-free).
     landings = selection.survey(stores.open_store(settings)) if settings.consistent_publish else {}
-    choice = selection.choose({t: ls.candidates for t, ls in listings.items()}, max_objects, landings)
+    choice = selection.choose(
+        {t: ls.candidates for t, ls in listings.items()},
+        max_objects,
+        landings,
+        consumed=lambda path: listings[path.split("/", 1)[0]].watermark.consumed(path.split("/", 1)[1]),
+    )
     stage = Stage.for_run(spark, settings, tables[0])
     stage.properties = position_properties(_positions(settings, tables, choice.positions))
     results: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ Pure functions over what :func:`survey` read from the staging store (receipts an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cdclake.lake import positions
@@ -63,13 +63,23 @@ class Choice:
     """``<source>:<transaction>`` -> why it is held (wholeness), for the run's report."""
 
 
-def choose(pending: Mapping[str, Sequence[str]], cap: int, landings: Mapping[str, Landing]) -> Choice:
-    """The objects of ``pending`` (table -> unconsumed names, in listing order) one run takes."""
+def choose(
+    pending: Mapping[str, Sequence[str]],
+    cap: int,
+    landings: Mapping[str, Landing],
+    consumed: Callable[[str], bool] = lambda path: False,
+) -> Choice:
+    """The objects of ``pending`` (table -> unconsumed names, in listing order) one run takes.
+    ``consumed(path)``: the table's watermark holds the object. An object of the run's tables
+    that is neither pending nor consumed landed after its table was listed (the survey, read
+    after the listings, sees it): its transactions wait for the next run, or this run would
+    publish the halves it did list."""
     verdicts = {s: landing.verdict() for s, landing in landings.items()}
     by_path: dict[str, tuple[str, Holding]] = {h.path: (s, h) for s, ld in landings.items() for h in ld.objects}
     members = _members(landings)
     pending_paths = {f"{t}/{n}" for t, names in pending.items() for n in names}
-    blocked = _blocked(by_path, members, verdicts, set(pending))
+    unlisted = {p for p in by_path if _table(p) in pending and p not in pending_paths and not consumed(p)}
+    blocked = _blocked(by_path, members, verdicts, set(pending), unlisted)
     chosen: set[str] = set()
     for t, names in pending.items():
         chosen.update([p for n in names if (p := f"{t}/{n}") not in blocked][:cap])
@@ -103,10 +113,11 @@ def _blocked(
     members: Mapping[TxKey, set[str]],
     verdicts: Mapping[str, Verdict],
     tables: set[str],
+    unlisted: set[str],
 ) -> set[str]:
-    """Paths the run may not take: held by wholeness, or tied (through shared objects, until
-    nothing changes) to a transaction with events outside ``tables``."""
-    blocked = {p for p, (s, _) in by_path.items() if p not in verdicts[s].publishable}
+    """Paths the run may not take: held by wholeness, not listed, or tied (through shared
+    objects, until nothing changes) to a transaction with events outside ``tables``."""
+    blocked = {p for p, (s, _) in by_path.items() if p not in verdicts[s].publishable} | unlisted
     txs = {k for k, paths in members.items() if any(_table(p) not in tables for p in paths)}
     txs |= {(s, tx) for p in blocked for s, h in [by_path[p]] for tx in h.transactions}
     todo = list(txs)
