@@ -357,7 +357,10 @@ def _truncate(payload: Mapping[str, Any], ppath: str, source: dict[str, Any], sp
         rowId=events.TRUNCATE_ROW_ID,
         metadata=metadata(source, spath, tx, xpath, connector, "t"),
         order=order,
-        transaction=transactions.event_transaction(tx, xpath),
+        # On MySQL/MariaDB a TRUNCATE is DDL, committed by itself (an implicit commit): no END
+        # Debezium reports counts it, so a transaction block on it would hold the transaction it
+        # names (or one that never ends) forever. PostgreSQL's TRUNCATE is in its transaction.
+        transaction=None if connector in ("mysql", "mariadb") else transactions.event_transaction(tx, xpath),
     )
 
 

@@ -84,3 +84,14 @@ def test_debezium_op_t_is_a_truncate_at_its_position(payload: dict[str, Any], or
     assert ev.metadata is not None and ev.metadata["op"] == "t"
     staged = events.stage_lines(events.decode_batch(events.encode(batch)))
     assert list(staged) == ["t"]
+
+
+def test_a_mariadb_truncate_is_in_no_transaction_a_postgresql_one_is_in_its_own() -> None:
+    """MySQL/MariaDB commit a TRUNCATE by itself (DDL): no END counts it, so a transaction block
+    on it would hold the transaction it names forever (tests/e2e/test_debezium_types.py found
+    it: the TRUNCATE and the insert after it never became visible). PostgreSQL's is transactional."""
+    block = {"id": "0-1-42", "total_order": 1, "data_collection_order": 1}
+    maria = debezium.to_batch([{**MARIA_T, "transaction": block}]).events[0]
+    pg = debezium.to_batch([{**PG_T, "transaction": {**block, "id": "771:35015520"}}]).events[0]
+    assert maria.transaction is None
+    assert pg.transaction is not None and pg.transaction.id == "771"

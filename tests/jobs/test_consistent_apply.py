@@ -137,3 +137,24 @@ def test_a_crash_at_any_step_leaves_the_old_or_the_new_state_and_the_rerun_appli
     assert keys(spark, settings, "orders") == {"o1"} and keys(spark, settings, "lines") == {"l1"}
     for name in ("orders__changes", "lines__changes"):
         assert spark.table(table_ident(settings, name)).count() == 1  # applied once
+
+
+def test_a_transaction_re_sent_under_another_batch_number_is_applied_once(spark: Any, settings: Settings) -> None:
+    """A restarted Debezium re-sends a transaction's events in posts cut differently (new batch
+    numbers): counted by their tableOrder they make the transaction whole once, and the apply
+    keeps one delivery of each event."""
+
+    def ordered(e: dict[str, Any], n: int) -> dict[str, Any]:
+        return {**e, "transaction": {"id": "tx9", "tableOrder": n}}
+
+    o1 = ordered(ev(10, "orders", "o9", {"total": 3}), 1)
+    l1 = ordered(ev(11, "lines", "l9", {"order_id": "o9", "amount": 1}), 1)
+    l2 = ordered(ev(12, "lines", "l10", {"order_id": "o9", "amount": 2}), 2)
+    end9 = end("tx9", {"orders": 1, "lines": 2}, "900")
+    first = {"source": "pg", "sequenceNumber": 7, "events": [o1, l1]}
+    again = {"source": "pg", "sequenceNumber": 8, "events": [o1, l1, l2], "transactions": [end9]}
+    stage(settings, [first, again])
+    apply_together(spark, settings, ["orders"], 10_000)
+    assert keys(spark, settings, "orders") == {"o9"} and keys(spark, settings, "lines") == {"l9", "l10"}
+    assert spark.table(table_ident(settings, "lines__changes")).count() == 2
+    assert spark.table(table_ident(settings, "orders__changes")).count() == 1
