@@ -11,6 +11,7 @@ the invariants (tests/support/invariants.py) on every read.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import threading
@@ -166,10 +167,16 @@ class PinnedReader(Reader):
     def __init__(self, spark: Any, settings: Settings) -> None:
         super().__init__("spark-pinned", True)
         self.spark, self.settings = spark, settings
+        self.cut: dict[str, int | None] = {}
         self.ns = f"{settings.catalog_name}.{settings.namespace}"
 
+    def record(self, seen: Seen) -> None:
+        if not seen.ok and len(self.examples) < 5:  # which cut: the snapshots to look at
+            seen = dataclasses.replace(seen, detail=f"{seen.detail} at {self.cut}")
+        super().record(seen)
+
     def read(self) -> list[Sequence[Any]]:
-        cut = current_snapshots(self.settings, TABLES)
+        self.cut = cut = current_snapshots(self.settings, TABLES)
         # A table with no snapshot yet reads as empty: left out of the statement.
         sources = {t: f"{self.ns}.{t} VERSION AS OF {sid}" for t, sid in cut.items() if sid is not None}
         if not sources:
