@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib
+import importlib.util
 import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +57,16 @@ def current_snapshots(settings: Settings, tables: Sequence[str]) -> dict[str, in
         sid = meta.get("current-snapshot-id")
         out[name] = None if sid in (None, -1) else int(sid)
     return out
+
+
+def catalog_cut() -> Callable[[Settings, Sequence[str]], dict[str, int | None]]:
+    """The shared ``cdclake.lake.cut.current_snapshots`` once it is there (issue 31's reads at one
+    cut), else :func:`current_snapshots` here: the pinned reader reads through the product's cut."""
+    if importlib.util.find_spec("cdclake.lake.cut") is None:
+        return current_snapshots
+    shared: Callable[[Settings, Sequence[str]], dict[str, int | None]]
+    shared = importlib.import_module("cdclake.lake.cut").current_snapshots
+    return shared
 
 
 def api_takes_consistent(api: httpx.Client) -> bool:
@@ -168,6 +180,7 @@ class PinnedReader(Reader):
         super().__init__("spark-pinned", True)
         self.spark, self.settings = spark, settings
         self.cut: dict[str, int | None] = {}
+        self.current_snapshots = catalog_cut()
         self.ns = f"{settings.catalog_name}.{settings.namespace}"
 
     def record(self, seen: Seen) -> None:
@@ -176,7 +189,7 @@ class PinnedReader(Reader):
         super().record(seen)
 
     def read(self) -> list[Sequence[Any]]:
-        self.cut = cut = current_snapshots(self.settings, TABLES)
+        self.cut = cut = self.current_snapshots(self.settings, TABLES)
         # A table with no snapshot yet reads as empty: left out of the statement.
         sources = {t: f"{self.ns}.{t} VERSION AS OF {sid}" for t, sid in cut.items() if sid is not None}
         if not sources:
