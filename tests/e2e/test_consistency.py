@@ -206,7 +206,7 @@ def test_readers_never_see_half_a_transaction(
     finally:
         for r in readers:
             r.stop()
-        work._stop.set()
+        work.halt()
         p.stop()
     ends = staged_ends(settings)
     report = [

@@ -125,11 +125,16 @@ class Workload:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def halt(self, timeout: float = 60.0) -> None:
+        """Stop writing (after the transaction under way) and wait for the thread."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
             assert not self._thread.is_alive(), "the workload thread did not stop"
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """:meth:`halt`, then the workload's own failure, if any."""
+        self.halt(timeout)
         if self.error is not None:
             raise AssertionError(f"workload failed: {self.error!r}") from self.error
 
