@@ -19,9 +19,10 @@ equal to the source read directly. Feature OFF (``CDCLAKE_CONSISTENT_PUBLISH=fal
 applied alone, as before issue 31): readers 1 and 2 each see a violation, which proves the
 checks catch one. ``CDCLAKE_TEST_CONSISTENCY_SECONDS`` sets the workload's length (default 60).
 
-Measured on the shared 2-core machine (one case at a time, Spark already up): 110-155 s per case,
-about 500 source transactions, 600-720 reads per case (query API ~1/s, pinned Spark ~4/s with
-two threads, unpinned ~1/s); OFF: 85-90% of the pinned reads see a violation.
+Measured on the shared 2-core machine (Spark already up, 60 s workload): 124-150 s per case,
+about 680 source transactions, 630-810 reads per case (query API with ``consistent`` ~0.7/s,
+pinned Spark ~4/s with two threads, unpinned ~1/s); OFF: ~90% of the pinned and API reads see a
+violation; ON: none.
 """
 
 from __future__ import annotations
