@@ -27,8 +27,10 @@ violation; ON: none.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -103,12 +105,37 @@ class Applies:
             argvs = [["--table", t, *cap] for t in w.TABLES]
         for argv in argvs:
             t0 = time.monotonic()
-            result = run_on_connect(self.settings, "spark_jobs.apply", argv)
+            result = bounded(functools.partial(run_on_connect, self.settings, "spark_jobs.apply", argv), ROUND_BOUND_S)
             self.runs, self.seconds = self.runs + 1, self.seconds + time.monotonic() - t0
             each = result.get("tables", [result])
             objects = {r["table"]: r.get("objects", 0) for r in each if r.get("objects")}
             waiting = sum(r.get("waiting", 0) for r in each)
             self.log.append(f"{objects} waiting {waiting} held {len(each[0].get('held', {}))}")
+
+
+ROUND_BOUND_S = 600.0
+"""One apply run's bound: a Spark Connect call that never returns (seen once in a fresh-clone
+run: the client waiting on its channel, the server idle) fails the test instead of the suite."""
+
+
+def bounded(call: Callable[[], dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """``call()`` in a daemon thread; AssertionError naming the bound if it has not returned."""
+    out: list[dict[str, Any]] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=run, name="apply-round", daemon=True)
+    t.start()
+    t.join(seconds)
+    if failed:
+        raise failed[0]
+    assert out, f"an apply run did not return within {seconds:.0f}s"
+    return out[0]
 
 
 def lake_tables(spark: Any, settings: Settings) -> dict[str, dict[str, tuple[int, ...]]]:
