@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cdclake.config.secretfile import read_or_create, write_private
 from cdclake.config.settings import Settings, SettingsError, jdbc_credentials
+from cdclake.lake.connect_pool import keep_release_pool
 from cdclake.lake.scheduler import scheduler_conf
 
 if TYPE_CHECKING:
@@ -363,6 +364,7 @@ def connect_session(
         def token(self) -> str | None:
             return None  # never the SPARK_CONNECT_AUTHENTICATE_TOKEN of this environment
 
+    keep_release_pool()
     builder = BearerChannel(url) if token else DefaultChannelBuilder(url)
     # What SparkSession.builder.remote(url) does first: pyspark.sql.functions (F.col, ...) build
     # Connect columns only in a process marked as a Spark Connect client.
