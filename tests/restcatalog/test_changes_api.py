@@ -343,6 +343,8 @@ def test_each_change_carries_its_source_transaction(spark: Any, spark_home: Path
 
     whole = {"source": "shop", "sequenceNumber": 1, "transaction": "t-1", "events": [ev(1, "ta", 1), ev(2, "tb", 1)]}
     mixed = {"source": "shop", "sequenceNumber": 2, "events": [ev(3, "ta", 2, "t-2"), ev(4, "tb", 2), ev(5, "ta", 3)]}
+    # t-2's END: without it the consistent publish holds t-2, and event 5 sharing its object.
+    mixed["transactions"] = [{"id": "t-2", "status": "END", "eventCount": 1, "tables": {"ta": 1}}]
     stage(settings, [whole, mixed])
     apply_all(spark, settings)
     want = {1: "t-1", 2: "t-1", 3: "t-2", 4: None, 5: None}  # by sequence: what was sent
