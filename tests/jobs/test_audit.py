@@ -22,6 +22,7 @@ from cdclake.lake.freshness import table_freshness
 from cdclake.lake.spark import table_ident
 from cdclake.staging.stores import open_store
 from spark_jobs.apply import apply_together
+from tests.jobs.test_consistent_apply import ev
 from tests.support import stage, table_rows
 
 pytestmark = pytest.mark.spark
@@ -33,18 +34,6 @@ key_unique = true
 max_rows_added = 10
 checks = { total_not_negative = "total >= 0" }
 """
-
-
-def ev(seq: int, table: str, key: str, after: dict[str, Any], tx: str) -> dict[str, Any]:
-    return {
-        "sequence": seq,
-        "timestamp": 1_767_225_600_000 + seq,
-        "operation": "INSERT",
-        "table": table,
-        "rowId": key,
-        "after": after,
-        "transaction": {"id": tx},
-    }
 
 
 def tx(n: int, order: dict[str, Any], line: dict[str, Any]) -> dict[str, Any]:
