@@ -27,7 +27,7 @@ from cdclake.contracts.watermark import count_properties
 from cdclake.lake.catalog import load_table
 from cdclake.lake.spark import table_ident
 from spark_jobs import backfill
-from spark_jobs.decide import TRUNCATE, Tally, truncated_at
+from spark_jobs.decide import TRUNCATE, Tally
 from spark_jobs.maintain import refresh_tables
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Pending, aux_watermark
 from spark_jobs.quarantine import quarantine_rows, staged_lines
@@ -106,12 +106,11 @@ def commit_table(
         **count_properties(t.counts),
     }
     columns = [f.name for f in target.fields]
-    cut = truncated_at(applied)
     rows = applied.where(F.col(OP) != TRUNCATE).select(*map(col, columns), OP, KEEP)
     with Commit(spark, props), stage.write(ident):
         if crash_at == "before-commit":
             _write_without_commit(spark, ident, rows, columns)
-        merge_rows(spark, ident, rows, columns, unavailable, cut)
+        merge_rows(spark, ident, rows, columns, unavailable, t.truncated)
         commit_always(spark, stage, ident, target)
 
 

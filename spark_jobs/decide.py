@@ -44,6 +44,7 @@ class Tally:
     counts: dict[str, int]  # received and each outcome, the run's snapshot properties
     changes: int  # events the change history logs
     deletes: int  # applied deletes: the tombstones written
+    truncated: list[int] | None = None  # the ordering value of the TRUNCATE the run applies (None: none)
 
 
 def mark_seen(
@@ -155,18 +156,14 @@ def decide(run: Run, valid: DataFrame, narrow: bool = True) -> DataFrame:
     )
     current = with_order(spark.table(run.ident())).select(KEY, SEQ, SOURCE, ORDER)
     truncate = F.col(OP) == TRUNCATE
-    cuts = F.broadcast(truncation(valid.where(truncate), tombstones))
-    rows = classify(rank_per_key(valid.where(~truncate)), current, tombstones, narrow, cuts)
+    cut, prior = truncation(valid.where(truncate), tombstones)
+    rows = classify(rank_per_key(valid.where(~truncate)), current, tombstones, narrow, cut, prior)
     # A TRUNCATE older than one an earlier run applied changes nothing; else it is applied, also
     # again in the re-run of a crashed run (its mark equals the recorded one): the MERGE's
     # removal of older rows is idempotent.
-    prior = F.col("_prior")
+    late = _order() < _mark(prior) if prior is not None else F.lit(False)
     truncates = (
-        valid.where(truncate)
-        .withColumn(RANK, F.lit(1))
-        .crossJoin(cuts)
-        .withColumn(OUTCOME, F.when(prior.isNotNull() & (_order() < prior), "late").otherwise("applied"))
-        .drop("_cut", "_prior")
+        valid.where(truncate).withColumn(RANK, F.lit(1)).withColumn(OUTCOME, F.when(late, "late").otherwise("applied"))
     )
     # Checkpointed, not just cached: the MERGE must not plan a source that reads its own target
     # (Spark 4.1 fails with "No plan for TableReference"), and the tombstone table changes before
@@ -184,26 +181,39 @@ def _order(prefix: str = "") -> Column:
     return F.coalesce(F.col(prefix + ORDER), F.array(F.col(prefix + SEQ)))
 
 
-def truncation(truncates: DataFrame, tombstones: DataFrame) -> DataFrame:
-    """One row: ``_cut``, the ordering value of the run's newest TRUNCATE (null: none), and
-    ``_prior``, the newest TRUNCATE an earlier run applied (its tombstone has no key; null: none).
-    Events ordered before ``_cut`` are gone (superseded by it); before ``_prior``, late."""
+def truncation(truncates: DataFrame, tombstones: DataFrame) -> tuple[list[int] | None, list[int] | None]:
+    """``(cut, prior)``: the ordering value of the run's newest TRUNCATE and of the newest one an
+    earlier run applied (its tombstone has no key); None: none. Events ordered before ``cut`` are
+    gone (superseded by it); before ``prior``, late. One small job, its two values brought to the
+    driver: as literals they cost the classification no join (a cross join with them took a
+    broadcast and two aggregation stages of their own, each a Spark job, in every run)."""
     marks = with_order(tombstones).where(F.col(KEY).isNull())
-    return truncates.agg(F.max(_order()).alias("_cut")).crossJoin(marks.agg(F.max(_order()).alias("_prior")))
+    row = truncates.agg(F.max(_order()).alias("cut")).crossJoin(marks.agg(F.max(_order()).alias("prior"))).first()
+    assert row is not None  # a global aggregate has one row
+
+    def value(v: list[int] | None) -> list[int] | None:
+        return None if v is None else [int(x) for x in v]
+
+    return value(row["cut"]), value(row["prior"])
 
 
-def truncated_at(classified: DataFrame) -> list[int] | None:
-    """The ordering value the MERGE removes older rows below: the newest TRUNCATE this run
-    applies (None: none). ``classified`` is checkpointed, so this costs no pass over staging."""
-    row = classified.where((F.col(OP) == TRUNCATE) & (F.col(OUTCOME) == "applied")).agg(F.max(_order())).first()
-    return None if row is None or row[0] is None else [int(x) for x in row[0]]
+def _mark(value: list[int]) -> Column:
+    """An ordering value as an ``array<bigint>`` literal (a value, never SQL text)."""
+    return F.array(*[F.lit(x).cast("bigint") for x in value])
 
 
 def account(table: str, classified: DataFrame, fitted: Fitted, n_seen: int, n_quarantined: int) -> Tally:
     """Every event received is applied, a duplicate, superseded, late or quarantined, exactly
     once; else AccountingError."""
-    # A TRUNCATE leaves a tombstone too (without a key): its mark for later runs.
-    tally = classified.groupBy(OUTCOME, F.col(OP).isin("DELETE", TRUNCATE).alias("del")).count().collect()
+    # A TRUNCATE leaves a tombstone too (without a key): its mark for later runs. The same job
+    # finds the newest applied TRUNCATE, the ordering value the MERGE removes older rows below.
+    applied_truncate = (F.col(OP) == TRUNCATE) & (F.col(OUTCOME) == "applied")
+    tally = (
+        classified.groupBy(OUTCOME, F.col(OP).isin("DELETE", TRUNCATE).alias("del"))
+        .agg(F.count(F.lit(1)).alias("count"), F.max(F.when(applied_truncate, _order())).alias("cut"))
+        .collect()
+    )
+    cuts = [r["cut"] for r in tally if r["cut"] is not None]
     outcomes: dict[str, int] = {}
     for r in tally:
         outcomes[r[OUTCOME]] = outcomes.get(r[OUTCOME], 0) + r["count"]
@@ -223,6 +233,7 @@ def account(table: str, classified: DataFrame, fitted: Fitted, n_seen: int, n_qu
         counts,
         changes=distinct - n_seen - n_quarantined - outcomes.get("duplicate", 0),
         deletes=sum(r["count"] for r in tally if r[OUTCOME] == "applied" and r["del"]),
+        truncated=[int(x) for x in max(cuts)] if cuts else None,
     )
 
 
@@ -233,12 +244,17 @@ def rank_per_key(valid: DataFrame) -> DataFrame:
 
 
 def classify(
-    ranked: DataFrame, current: DataFrame, tombstones: DataFrame, narrow: bool = True, cuts: DataFrame | None = None
+    ranked: DataFrame,
+    current: DataFrame,
+    tombstones: DataFrame,
+    narrow: bool = True,
+    cut: list[int] | None = None,
+    prior: list[int] | None = None,
 ) -> DataFrame:
     """OUTCOME per event: superseded (not the newest of its key in this run, or ordered before
     the run's newest TRUNCATE), late (older than the stored row, the key's tombstone or a
     TRUNCATE an earlier run applied), duplicate (the stored row or tombstone IS this event),
-    else applied. ``cuts``: :func:`truncation`'s one row (None: no TRUNCATE anywhere).
+    else applied. ``cut`` and ``prior``: :func:`truncation`'s (None: no such TRUNCATE).
 
     A DELETE equal to its tombstone while the row is still there is applied again: that is a
     re-run after a crash between the tombstone commit and the table commit.
@@ -261,18 +277,17 @@ def classify(
     tomb = tomb_rows.groupBy(KEY).agg(F.max(F.expr(ordering())).alias("_tomb"))
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
-    cut, prior = F.col("_cut"), F.col("_prior")
-    if cuts is None:
-        cuts = ranked.sparkSession.createDataFrame([(None, None)], "_cut array<bigint>, _prior array<bigint>")
+    outcome = F.when(F.col(RANK) > 1, "superseded")
+    if cut is not None:
+        outcome = outcome.when(_order() < _mark(cut), "superseded")
+    if prior is not None:
+        outcome = outcome.when(_order() < _mark(prior), "late")
     outcome = (
-        F.when(F.col(RANK) > 1, "superseded")
-        .when(cut.isNotNull() & (_order() < cut), "superseded")
-        .when(prior.isNotNull() & (_order() < prior), "late")
-        .when(row.isNotNull() & (ev < row), "late")
+        outcome.when(row.isNotNull() & (ev < row), "late")
         .when(row.isNotNull() & (ev == row), "duplicate")
         .when(tb.isNotNull() & (ev < tb), "late")
         .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
         .otherwise("applied")
     )
-    joined = ranked.join(cur, KEY, "left").join(tomb, KEY, "left").crossJoin(F.broadcast(cuts))
-    return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb", "_cut", "_prior")
+    joined = ranked.join(cur, KEY, "left").join(tomb, KEY, "left")
+    return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb")

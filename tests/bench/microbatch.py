@@ -8,9 +8,12 @@ cdclake.dev.workload: inserts, updates, deletes, some out of order), applied by
 ``spark_jobs.apply.apply_table`` in one warm in-process local[2] session. The sizes run side by
 side: the smallest is the baseline, so ``size / baseline`` near 1 says the apply is fixed cost
 (planning, Spark jobs, commits), not per-event work. Reported per size, over every apply but
-the first (it warms the JVM): wall and CPU seconds (this process and the Spark JVM), Spark jobs,
-and the mean of each phase with its
-Spark jobs. The table is checked against the reference model at the end.
+the first (it warms the JVM): wall and CPU seconds (this process and the Spark JVM), the JVM's
+JIT compiler threads' share of those, Spark jobs, and the mean of each phase with its Spark jobs.
+``--warm N`` first applies N micro-batches of the baseline's size, untimed: a Connect server that
+has applied for a while has compiled its code, and a fresh JVM's compilers take half its CPU
+for the first dozens of applies (docs/benchmarks.md, "Micro-batch"). The table is checked
+against the reference model at the end.
 """
 
 from __future__ import annotations
@@ -69,12 +72,16 @@ def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
     end, init = ap.Phases.end, ap.Phases.__init__
     seen = [0]
 
+    def newest() -> int:
+        # Job ids count up; the tracker keeps only the newest jobs (spark.ui.retainedJobs).
+        return max(tracker.getJobIdsForGroup(), default=-1)
+
     def counted_init(self: Any) -> None:
         init(self)
-        seen[0] = len(tracker.getJobIdsForGroup())
+        seen[0] = newest()
 
     def counted_end(self: Any, name: str) -> None:
-        now = len(tracker.getJobIdsForGroup())
+        now = newest()
         jobs[name] = now - seen[0]
         seen[0] = now
         end(self, name)
@@ -86,7 +93,23 @@ def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
         ap.Phases.__init__, ap.Phases.end = init, end  # type: ignore[method-assign]
 
 
-def run(sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def jit_seconds(pid: int) -> float:
+    """CPU seconds so far of the JIT compiler threads (C1, C2) of the JVM ``pid`` (Linux /proc)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if "CompilerThre" not in (task / "comm").read_text():
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def run(
+    sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = (), warm: int = 0
+) -> list[dict[str, Any]]:
     from cdclake.config.settings import load
     from cdclake.dev.reference import diff, expected_tables, rows_by_key
     from cdclake.lake.spark import session, table_ident
@@ -103,16 +126,21 @@ def run(sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = ()
     w = Stream()
     stage(settings, w.next(BASE_ROWS, BASE_ROWS // 10, seed=0))
     apply_table(spark, settings, TABLE, 1000)
+    for i in range(warm):
+        stage(settings, w.next(sizes[0], max(1, sizes[0] // objects), seed=10_000 + i))
+        apply_table(spark, settings, TABLE, 1000)
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
     out = []
     with counting_jobs(spark) as jobs:
         for size in sizes:
             rows = []
             for i in range(applies):
                 stage(settings, w.next(size, max(1, size // objects), seed=size + i))
-                t0, c0 = time.perf_counter(), cpu_seconds()
+                t0, c0, j0 = time.perf_counter(), cpu_seconds(), jit_seconds(jvm)
                 r = apply_table(spark, settings, TABLE, 1000)
                 rows.append(
                     {"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0, "phases": r["phases"]}
+                    | {"jit": jit_seconds(jvm) - j0}
                     | {"jobs": dict(jobs), "events": r["received"]}
                 )
             out.append({"size": size, "applies": rows[1:]})
@@ -128,13 +156,14 @@ def run(sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = ()
 def report(results: list[dict[str, Any]]) -> None:
     base = statistics.fmean(r["wall"] for r in results[0]["applies"])
     print("\nmeans over the applies after the first")
-    print(f"{'events':>8}{'wall s':>9}{'cpu s':>8}{'jobs':>6}{'x base':>8}")
+    print(f"{'events':>8}{'wall s':>9}{'cpu s':>8}{'jit s':>7}{'jobs':>6}{'x base':>8}")
     for res in results:
         a = res["applies"]
         wall = statistics.fmean(r["wall"] for r in a)
         cpu = statistics.fmean(r["cpu"] for r in a)
+        jit = statistics.fmean(r["jit"] for r in a)
         jobs = statistics.fmean(sum(r["jobs"].values()) for r in a)
-        print(f"{res['size']:>8}{wall:>9.2f}{cpu:>8.2f}{jobs:>6.0f}{wall / base:>8.2f}")
+        print(f"{res['size']:>8}{wall:>9.2f}{cpu:>8.2f}{jit:>7.2f}{jobs:>6.0f}{wall / base:>8.2f}")
     for res in results:
         print(f"\n{res['size']} events: phase  mean s  Spark jobs")
         for phase in res["applies"][0]["phases"]:
@@ -153,9 +182,10 @@ def main() -> None:
     ap.add_argument(
         "--conf", action="append", default=[], help="a Spark SQL conf for the session: KEY=VALUE, repeatable"
     )
+    ap.add_argument("--warm", type=int, default=0, help="untimed micro-batches of the baseline's size first")
     args = ap.parse_args()
     sizes = [int(s) for s in args.events.split(",") if s.strip()]
-    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf)))
+    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf), args.warm))
 
 
 if __name__ == "__main__":
