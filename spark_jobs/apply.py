@@ -195,6 +195,7 @@ def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str 
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
     fitted = fit(rows, target, limits, after)
     phases.end("fit")
+    small = _static_plans(spark, fitted.received)
     # The cache fit() made goes whatever happens next: a retried commit conflict runs the apply
     # again, and a long-lived Connect server would keep every failed attempt's cache.
     try:
@@ -212,8 +213,30 @@ def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str 
         crash("before-write", crash_at)
         write_staged(p, Decided(quarantined, classified, target, tally, fitted.unavailable), stage, phases, crash_at)
     finally:
+        small.close()
         fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
+
+
+ADAPTIVE_MIN_EVENTS = 100_000
+"""A run of fewer events plans its Spark jobs statically (adaptive query execution off until its
+end). AQE re-plans after every shuffle and broadcast stage and runs each as a job of its own: a
+micro-batch is ~30 such jobs whose planning, not their data, is its cost (docs/benchmarks.md,
+"Micro-batch"). A bigger run keeps it: there AQE's runtime join choices pay."""
+
+
+def _static_plans(spark: SparkSession, events: int) -> contextlib.ExitStack:
+    """Adaptive query execution off for a run of fewer than :data:`ADAPTIVE_MIN_EVENTS`; closing
+    the stack puts the session's setting back (a Connect session outlives the run)."""
+    stack = contextlib.ExitStack()
+    if events < ADAPTIVE_MIN_EVENTS:
+        was = spark.conf.get(ADAPTIVE, None)
+        spark.conf.set(ADAPTIVE, "false")
+        stack.callback(lambda: spark.conf.set(ADAPTIVE, was) if was is not None else spark.conf.unset(ADAPTIVE))
+    return stack
+
+
+ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 @dataclass(frozen=True)

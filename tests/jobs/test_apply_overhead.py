@@ -84,3 +84,30 @@ def test_the_session_jvm_runs_the_configured_collector(spark: Any) -> None:
     assert names == {"PS Scavenge", "PS MarkSweep"}, names
     conf = spark.sparkContext.getConf()
     assert conf.get("spark.driver.memory") == "2g"
+
+
+def test_a_micro_batch_plans_statically_and_gives_the_session_back_its_setting(spark: Any, spark_home: Path) -> None:
+    """A run under ADAPTIVE_MIN_EVENTS events runs with adaptive query execution off (each of its
+    shuffle and broadcast stages a job of its own otherwise: ~26 jobs for 30 events, measured),
+    and the session's own setting is back after it."""
+    from spark_jobs import apply as ap
+
+    settings = fresh_settings(spark_home)
+    w = generate(events=90, seed=14, tables=("static",), batch_size=30, duplicate_every=0)
+    stage(settings, w.batches[:1])
+    apply_table(spark, settings, "static", 1000)  # creates the table and its side tables
+    stage(settings, w.batches[1:])
+    spark.conf.set(ap.ADAPTIVE, "true")
+    tracker = spark.sparkContext.statusTracker()
+    newest = max(tracker.getJobIdsForGroup(), default=-1)
+    assert apply_table(spark, settings, "static", 1000)["committed"]
+    jobs = max(tracker.getJobIdsForGroup(), default=-1) - newest
+    assert jobs <= 18, jobs  # 26 with AQE on, 16 off (measured)
+    assert spark.conf.get(ap.ADAPTIVE) == "true"
+    assert not diff(expected_tables(w.batches)["static"], table_rows(spark, table_ident(settings, "static")))
+
+    with ap._static_plans(spark, 10):
+        assert spark.conf.get(ap.ADAPTIVE) == "false"
+    assert spark.conf.get(ap.ADAPTIVE) == "true"
+    with ap._static_plans(spark, ap.ADAPTIVE_MIN_EVENTS):
+        assert spark.conf.get(ap.ADAPTIVE) == "true"  # a big run keeps AQE
