@@ -175,6 +175,11 @@ def _positions(settings: Settings, tables: Sequence[str], reached: dict[str, str
 
 def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str | None) -> None:
     """One table's pending objects read, fitted, classified and written, staged in ``stage``."""
+    with _static_plans(p.run.spark, p.events_at_most):
+        _stage_table(p, stage, result, crash_at)
+
+
+def _stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str | None) -> None:
     spark, settings, table = p.run.spark, p.run.settings, p.run.table
     phases = Phases()
     if p.resumed:
@@ -195,7 +200,6 @@ def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str 
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
     fitted = fit(rows, target, limits, after)
     phases.end("fit")
-    small = _static_plans(spark, fitted.received)
     # The cache fit() made goes whatever happens next: a retried commit conflict runs the apply
     # again, and a long-lived Connect server would keep every failed attempt's cache.
     try:
@@ -213,7 +217,6 @@ def stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str 
         crash("before-write", crash_at)
         write_staged(p, Decided(quarantined, classified, target, tally, fitted.unavailable), stage, phases, crash_at)
     finally:
-        small.close()
         fitted.release()
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
 
@@ -225,11 +228,13 @@ micro-batch is ~30 such jobs whose planning, not their data, is its cost (docs/b
 "Micro-batch"). A bigger run keeps it: there AQE's runtime join choices pay."""
 
 
-def _static_plans(spark: SparkSession, events: int) -> contextlib.ExitStack:
-    """Adaptive query execution off for a run of fewer than :data:`ADAPTIVE_MIN_EVENTS`; closing
-    the stack puts the session's setting back (a Connect session outlives the run)."""
+def _static_plans(spark: SparkSession, events: int | None) -> contextlib.ExitStack:
+    """Adaptive query execution off for a run of fewer than :data:`ADAPTIVE_MIN_EVENTS` (``events``:
+    a bound from the objects' receipts, known before the read; None, an older receiver's
+    objects: AQE stays); closing the stack puts the session's setting back (a Connect session
+    outlives the run)."""
     stack = contextlib.ExitStack()
-    if events < ADAPTIVE_MIN_EVENTS:
+    if events is not None and events < ADAPTIVE_MIN_EVENTS:
         was = spark.conf.get(ADAPTIVE, None)
         spark.conf.set(ADAPTIVE, "false")
         stack.callback(lambda: spark.conf.set(ADAPTIVE, was) if was is not None else spark.conf.unset(ADAPTIVE))

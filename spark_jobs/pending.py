@@ -59,6 +59,8 @@ class Pending:
     backlog: int  # objects no watermark of the table holds, this run's included
     rows: int  # the table's rows, about (deletes not subtracted): how classify joins the batch
     recorded: list[Any] | None = None  # the objects' JSON types, from their receipts (or None: infer)
+    # The events of the objects' batches, all tables (None: unknown): a bound to choose plans by, never a count.
+    events_at_most: int | None = None
 
 
 @dataclass
@@ -113,6 +115,7 @@ def pending_of(listing: Listing, names: Sequence[str] | None, max_objects: int) 
     else:
         pending = listing.unconsumed[:max_objects]
     store = stores.open_store(listing.run.settings)
+    receipts = staging.naming_receipts(store, pending)
     return Pending(
         listing.run,
         listing.watermark,
@@ -121,7 +124,8 @@ def pending_of(listing: Listing, names: Sequence[str] | None, max_objects: int) 
         resumed=bool(listing.resumed),
         backlog=len(listing.unconsumed),
         rows=listing.rows,
-        recorded=staging.recorded_types(store, pending),
+        recorded=staging.recorded_types(store, pending, receipts),
+        events_at_most=None if None in receipts else sum(r.events for r in receipts if r is not None),
     )
 
 

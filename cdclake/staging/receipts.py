@@ -94,25 +94,32 @@ def newest_receipt(store: Store, source: str, batch_sequence: int) -> Receipt | 
     return None if data is None else decode_receipt(data)
 
 
-def recorded_types(store: Store, keys: builtins.list[ObjectKey]) -> builtins.list[Any] | None:
+def recorded_types(
+    store: Store, keys: builtins.list[ObjectKey], receipts: builtins.list[Receipt | None] | None = None
+) -> builtins.list[Any] | None:
     """The JSON types each object's receipt records for it (:attr:`Receipt.types`), in the
-    order of ``keys``; None when some object has none (the apply then infers them). One read
-    per object, in parallel (an S3 GET each), of the first generation that names the object:
-    the landing that wrote it (a take-over keeps the objects written before it and renames the
+    order of ``keys``; None when some object has none (the apply then infers them). ``receipts``:
+    :func:`naming_receipts` of ``keys``, when the caller has read them already."""
+    found = naming_receipts(store, keys) if receipts is None else receipts
+    types = [r.types.get(k.table) if r is not None and r.types else None for r, k in zip(found, keys, strict=True)]
+    return None if any(t is None for t in types) else types
+
+
+def naming_receipts(store: Store, keys: builtins.list[ObjectKey]) -> builtins.list[Receipt | None]:
+    """Each object's receipt, in the order of ``keys`` (None: none names it). One read per
+    object, in parallel (an S3 GET each), of the first generation that names the object: the
+    landing that wrote it (a take-over keeps the objects written before it and renames the
     others; its own types may describe a resend whose content differs, e.g. Debezium's)."""
 
-    def one(key: ObjectKey) -> Any:
+    def one(key: ObjectKey) -> Receipt | None:
         found = store.read(receipt_path(key.source, key.batch_sequence))
         receipt = None if found is None else decode_receipt(found)
         if receipt is None or key.path not in receipt.keys:
             receipt = _first_naming(store, key)
-        if receipt is None or not receipt.types:
-            return None
-        return receipt.types.get(key.table)
+        return receipt
 
     with concurrent.futures.ThreadPoolExecutor(min(16, max(1, len(keys)))) as pool:
-        found = builtins.list(pool.map(one, keys))
-    return None if any(t is None for t in found) else found
+        return builtins.list(pool.map(one, keys))
 
 
 def _first_naming(store: Store, key: ObjectKey) -> Receipt | None:

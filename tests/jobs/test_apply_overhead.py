@@ -87,7 +87,7 @@ def test_the_session_jvm_runs_the_configured_collector(spark: Any) -> None:
 
 
 def test_a_micro_batch_plans_statically_and_gives_the_session_back_its_setting(spark: Any, spark_home: Path) -> None:
-    """A run under ADAPTIVE_MIN_EVENTS events runs with adaptive query execution off (each of its
+    """A run whose receipts count under ADAPTIVE_MIN_EVENTS events runs with adaptive query execution off (each of its
     shuffle and broadcast stages a job of its own otherwise: ~26 jobs for 30 events, measured),
     and the session's own setting is back after it."""
     from spark_jobs import apply as ap
@@ -111,3 +111,5 @@ def test_a_micro_batch_plans_statically_and_gives_the_session_back_its_setting(s
     assert spark.conf.get(ap.ADAPTIVE) == "true"
     with ap._static_plans(spark, ap.ADAPTIVE_MIN_EVENTS):
         assert spark.conf.get(ap.ADAPTIVE) == "true"  # a big run keeps AQE
+    with ap._static_plans(spark, None):
+        assert spark.conf.get(ap.ADAPTIVE) == "true"  # receipts without a count: unknown size
