@@ -19,6 +19,7 @@ against the reference model at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import tempfile
@@ -67,6 +68,9 @@ def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
     """Spark jobs per apply phase: ``Phases.end`` also notes the jobs the tracker has seen."""
     import spark_jobs.apply as ap
 
+    if is_remote(spark):  # a Connect client sees no jobs: none counted
+        yield {}
+        return
     tracker = spark.sparkContext.statusTracker()
     jobs: dict[str, int] = {}
     end, init = ap.Phases.end, ap.Phases.__init__
@@ -93,6 +97,10 @@ def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
         ap.Phases.__init__, ap.Phases.end = init, end  # type: ignore[method-assign]
 
 
+def is_remote(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def jit_seconds(pid: int) -> float:
     """CPU seconds so far of the JIT compiler threads (C1, C2) of the JVM ``pid`` (Linux /proc)."""
     total = 0.0
@@ -107,19 +115,86 @@ def jit_seconds(pid: int) -> float:
     return total
 
 
+@contextmanager
+def connect_server(settings: Any) -> Iterator[tuple[Any, int]]:
+    """The default stack's apply: a Spark Connect server started as ``cdclake up`` starts it (its
+    command and environment), on a free loopback port, and a session on it; (session, its pid)."""
+    import socket
+    import subprocess
+    import sys
+
+    import pyspark
+
+    from cdclake.lake.spark import connect_server_command, connect_server_env, connect_session, connect_token
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        **connect_server_env(settings),
+    }
+    with (Path(settings.home) / "connect.log").open("w") as log:
+        proc = subprocess.Popen(
+            connect_server_command(settings, port=port), env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the Spark Connect server did not start: {settings.home}/connect.log")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            time.sleep(0.5)
+        spark = connect_session(f"sc://127.0.0.1:{port}", connect_token(settings))
+        try:
+            yield spark, proc.pid
+        finally:
+            spark.stop()  # while the server is up: its release calls would retry for minutes after
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
 def run(
-    sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = (), warm: int = 0
+    sizes: list[int], objects: int, applies: int, conf: tuple[str, ...] = (), warm: int = 0, connect: bool = False
 ) -> list[dict[str, Any]]:
     from cdclake.config.settings import load
-    from cdclake.dev.reference import diff, expected_tables, rows_by_key
-    from cdclake.lake.spark import session, table_ident
-    from spark_jobs.apply import apply_table
-    from tests.support import stage
+    from cdclake.lake.spark import session
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-microbatch-"))
     settings = load({"CDCLAKE_HOME": str(home)})
     os.environ.update(settings.as_env())
+    if connect:
+        with connect_server(settings) as (spark, pid):
+            return measure(spark, pid, settings, sizes, objects, applies, conf, warm)
     spark = session(settings, "cdclake-bench-microbatch")
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    try:
+        return measure(spark, pid, settings, sizes, objects, applies, conf, warm)
+    finally:
+        spark.stop()
+
+
+def measure(
+    spark: Any,
+    jvm: int,
+    settings: Any,
+    sizes: list[int],
+    objects: int,
+    applies: int,
+    conf: tuple[str, ...],
+    warm: int,
+) -> list[dict[str, Any]]:
+    """The applies, timed, on ``spark`` (whose driver JVM is ``jvm``)."""
+    from cdclake.dev.reference import diff, expected_tables, rows_by_key
+    from cdclake.lake.spark import table_ident
+    from spark_jobs.apply import apply_table
+    from tests.support import stage
+
     for kv in conf:
         spark.conf.set(*kv.split("=", 1))
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
@@ -129,7 +204,6 @@ def run(
     for i in range(warm):
         stage(settings, w.next(sizes[0], max(1, sizes[0] // objects), seed=10_000 + i))
         apply_table(spark, settings, TABLE, 1000)
-    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
     out = []
     with counting_jobs(spark) as jobs:
         for size in sizes:
@@ -147,7 +221,6 @@ def run(
             print(f"[microbatch] {size} events: {[round(r['wall'], 2) for r in rows]} s", flush=True)
     got = rows_by_key(spark.table(table_ident(settings, TABLE)).collect())
     problems = diff(expected_tables(w.batches)[TABLE], got)
-    spark.stop()
     if problems:
         raise SystemExit(f"the table differs from the reference model: {problems[:3]}")
     return out
@@ -183,9 +256,12 @@ def main() -> None:
         "--conf", action="append", default=[], help="a Spark SQL conf for the session: KEY=VALUE, repeatable"
     )
     ap.add_argument("--warm", type=int, default=0, help="untimed micro-batches of the baseline's size first")
+    ap.add_argument(
+        "--connect", action="store_true", help="apply through a Spark Connect server, as the default stack does"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.events.split(",") if s.strip()]
-    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf), args.warm))
+    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf), args.warm, args.connect))
 
 
 if __name__ == "__main__":
