@@ -224,8 +224,8 @@ def _stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str
 ADAPTIVE_MIN_EVENTS = 100_000
 """A run of fewer events plans its Spark jobs statically (adaptive query execution off until its
 end). AQE re-plans after every shuffle and broadcast stage and runs each as a job of its own: a
-micro-batch is ~30 such jobs whose planning, not their data, is its cost (docs/benchmarks.md,
-"Micro-batch"). A bigger run keeps it: there AQE's runtime join choices pay."""
+micro-batch was ~26 such jobs whose planning, not their data, was its cost (docs/benchmarks.md,
+"Static plans for small runs"). A bigger run keeps it: there AQE's runtime join choices pay."""
 
 
 def _static_plans(spark: SparkSession, events: int | None) -> contextlib.ExitStack:
