@@ -221,6 +221,7 @@ def _stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str
     result.update(committed=True, **tally.counts, seconds=phases.total(), phases=phases.seconds)
 
 
+ADAPTIVE = "spark.sql.adaptive.enabled"
 ADAPTIVE_MIN_EVENTS = 100_000
 """A run of fewer events plans its Spark jobs statically (adaptive query execution off until its
 end). AQE re-plans after every shuffle and broadcast stage and runs each as a job of its own: a
@@ -239,9 +240,6 @@ def _static_plans(spark: SparkSession, events: int | None) -> contextlib.ExitSta
         spark.conf.set(ADAPTIVE, "false")
         stack.callback(lambda: spark.conf.set(ADAPTIVE, was) if was is not None else spark.conf.unset(ADAPTIVE))
     return stack
-
-
-ADAPTIVE = "spark.sql.adaptive.enabled"
 
 
 @dataclass(frozen=True)
