@@ -203,7 +203,8 @@ def _stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str
     # The cache fit() made goes whatever happens next: a retried commit conflict runs the apply
     # again, and a long-lived Connect server would keep every failed attempt's cache.
     try:
-        marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, p.names if p.resumed else ())
+        resumed = p.names if p.resumed else ()
+        marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, resumed, fitted.distinct)
         phases.end("history")
 
         valid, quarantined, n_unresolved = settle(marked, fitted.unavailable, spark.table(ident))

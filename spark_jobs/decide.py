@@ -47,14 +47,25 @@ class Tally:
     truncated: list[int] | None = None  # the ordering value of the TRUNCATE the run applies (None: none)
 
 
+SEEN_COLLECTED_AT_MOST = 100_000
+"""A run of at most this many distinct events brings the ids of those an earlier run logged to the
+driver in one job; a bigger one checkpoints them (a job) and counts them (another)."""
+
+
 def mark_seen(
-    run: Run, fitted: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str]
+    run: Run, fitted: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str], distinct: int
 ) -> tuple[DataFrame, int, int]:
-    """``fitted`` with SEEN (:func:`logged_before`), how many events an earlier run logged and
-    how many of those fitting counted as quarantined."""
+    """``fitted`` (``distinct`` events) with SEEN (:func:`logged_before`), how many events an
+    earlier run logged and how many of those fitting counted as quarantined."""
     seen = logged_before(run, fitted, ranges, resumed)
     n_seen = 0
-    if seen is not None:
+    if seen is not None and distinct <= SEEN_COLLECTED_AT_MOST:
+        # The seen events are some of the run's own, so ``distinct`` bounds what comes back; and
+        # usually nothing does. Brought back as values, they are a local relation for the join.
+        ids = seen.select(SOURCE, SEQ).collect()
+        n_seen = len(ids)
+        seen = run.spark.createDataFrame(ids, seen.select(SOURCE, SEQ).schema).withColumn(SEEN, F.lit(True))
+    elif seen is not None:
         seen = seen.localCheckpoint(eager=True)
         n_seen = seen.count()
     if seen is None or not n_seen:
