@@ -149,6 +149,16 @@ class Settings:
         group=SPARK,
         secret=True,
     )
+    spark_warmup_applies: int = setting(
+        10,
+        doc=(
+            "Small applies on a scratch lake that `cdclake up` runs through its Spark Connect server once it listens,"
+            " so a fresh JVM has compiled the apply before real data arrives (docs/benchmarks.md, Cold start); 0: none."
+        ),
+        group=SPARK,
+        minimum=0,
+        maximum=1000,
+    )
     spark_driver_host: str = setting(
         "127.0.0.1",
         doc=(

@@ -89,6 +89,7 @@ class LocalStack:
         self.airflow_home = settings.home / "airflow"
         self.logs = settings.home / "logs"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.once: dict[str, subprocess.Popen[bytes]] = {}  # started, expected to end: not supervised
         self._specs: dict[str, tuple[list[str], dict[str, str] | None, int, bool]] = {}
         self._log = log or sys.stdout
         self._client: AirflowClient | None = None
@@ -267,6 +268,9 @@ class LocalStack:
             self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
             self.env()  # makes the state folder's secrets, the server's token among them
             self._spawn("spark-connect", connect_server_command(s, host, port), connect_server_env(s))
+            if s.spark_warmup_applies:  # it waits for the server, then warms it while the rest starts
+                self._spawn("spark-warmup", [sys.executable, "-m", "cdclake.launch.warmup", "--wait"])
+                self.once["spark-warmup"] = self.procs.pop("spark-warmup")
         if self.query_address:
             host, port = self.query_address
             self.say(f"starting the query API's Spark Connect server on sc://{host}:{port} (nice {s.query_spark_nice})")
@@ -365,8 +369,8 @@ class LocalStack:
             self._client.close()
             self._client = None
         victims: list[psutil.Process] = []
-        for p in self.procs.values():
-            if p.returncode is not None:
+        for p in [*self.procs.values(), *self.once.values()]:
+            if p.poll() is not None:
                 continue  # dead, its group killed by the supervisor: its pid may be another's now
             try:
                 proc = psutil.Process(p.pid)
