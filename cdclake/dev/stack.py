@@ -8,12 +8,11 @@ serve-logs on 0.0.0.0 and runs a triggerer we do not need. Every process gets it
 and :meth:`LocalStack.stop` ends each one together with its descendants (task runners,
 spark-submit JVMs), so Ctrl-C leaves nothing behind.
 
-Secrets are made once per state folder, owner-only (cdclake.config.secretfile), and reach the processes
-through their environment, never their arguments: the Airflow logins (``admin``, and the
-receiver's own with the OP role, narrowed by cdclake.orchestration.airflow_auth) in
-``airflow/passwords.json``, the JWT secret Airflow's
-components share, the Spark Connect servers' tokens in ``spark/connect.token`` and
-``spark/query-connect.token``.
+Secrets are made once per state folder, owner-only (cdclake.config.secretfile), and reach the
+processes through their environment, never their arguments: the Airflow logins (``admin``, and
+the receiver's own with the OP role, narrowed by cdclake.orchestration.airflow_auth) in
+``airflow/passwords.json``, the JWT secret Airflow's components share, the Spark Connect
+servers' tokens in ``spark/connect.token`` and ``spark/query-connect.token``.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
 from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
+from cdclake.launch import warmup
 from cdclake.orchestration.airflow_api import AirflowClient
 from cdclake.query import server as queryserver
 from cdclake.service import exposure
@@ -139,7 +139,7 @@ class LocalStack:
         s = self.settings
         home = self.airflow_home
         self._passwords()  # the passwords file exists before Airflow reads it
-        env = {
+        return {
             **os.environ,
             **s.as_env(),
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -179,7 +179,6 @@ class LocalStack:
             # Only the receiver logs in to Airflow's REST API (_receiver_env).
             "CDCLAKE_AIRFLOW_PASSWORD": "",
         }
-        return env
 
     def _receiver_env(self) -> dict[str, str]:
         user, password = self.receiver_login
@@ -300,6 +299,7 @@ class LocalStack:
         self.wait_rest()
         self.airflow.wait_healthy(timeout=180)
         self.wait_spark_connect()
+        warmup.finish(self.once.get("spark-warmup"), self.say)
         self.say(f"services up in {time.monotonic() - t0:.0f}s")
         return self
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import socket
+import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from cdclake.config.settings import Settings, load
@@ -42,7 +44,7 @@ def scratch_settings(settings: Settings) -> Settings:
     return load({"CDCLAKE_HOME": str(settings.home / "warmup")}, catalog_name=CATALOG)
 
 
-def land(scratch: Settings, batch: dict[str, object]) -> None:
+def land(scratch: Settings, batch: dict[str, Any]) -> None:
     """One generated batch staged as the receiver stages it: its object and a receipt with the
     object's JSON types (the apply reads with them, as it does the receiver's)."""
     decoded = events.decode_batch(events.encode(batch))
@@ -64,17 +66,25 @@ def land(scratch: Settings, batch: dict[str, object]) -> None:
         store.put(key, objects[key.table])
 
 
+def workload(applies: int) -> list[dict[str, Any]]:
+    """The generated batches, one per apply (duplicates, late and out-of-order events among them:
+    the apply's every step runs)."""
+    from cdclake.dev.workload import generate
+
+    w = generate(events=EVENTS_PER_APPLY * applies, seed=1, tables=(TABLE,), batch_size=EVENTS_PER_APPLY)
+    return w.batches[:applies]
+
+
 def warm(settings: Settings, applies: int) -> list[float]:
     """``applies`` applies of :data:`EVENTS_PER_APPLY` events each through the Connect server of
     ``settings``; the wall seconds of each."""
-    from cdclake.dev.workload import generate
     from cdclake.lake.spark import catalog_conf, connect_session, connect_token
     from spark_jobs.apply import apply_table
 
     scratch = scratch_settings(settings)
     shutil.rmtree(scratch.home, ignore_errors=True)
     scratch.home.mkdir(parents=True)
-    w = generate(events=EVENTS_PER_APPLY * applies, seed=1, tables=(TABLE,), batch_size=EVENTS_PER_APPLY)
+    batches = workload(applies)
     spark = connect_session(settings.spark_connect_url, connect_token(settings))
     seconds = []
     try:
@@ -82,7 +92,7 @@ def warm(settings: Settings, applies: int) -> list[float]:
         for key, value in catalog_conf(scratch).items():
             if key.startswith(f"spark.sql.catalog.{CATALOG}"):
                 spark.conf.set(key, value)
-        for batch in w.batches[:applies]:
+        for batch in batches:
             land(scratch, batch)
             t0 = time.monotonic()
             apply_table(spark, scratch, TABLE, 1000)
@@ -94,7 +104,24 @@ def warm(settings: Settings, applies: int) -> list[float]:
 
 
 WAIT_S = 300.0
-"""How long ``--wait`` waits for the server (a JVM's start on a busy machine)."""
+"""How long ``--wait`` waits for the server (a JVM's start on a busy machine), and the stack for
+the warm-up."""
+
+
+def finish(proc: subprocess.Popen[bytes] | None, say: Callable[[str], None], timeout: float = WAIT_S) -> None:
+    """Wait for the warm-up ``proc`` a stack started (None: it started none), at most ``timeout``
+    s (after that the stack is up and the warm-up goes on beside the first applies); say how it went."""
+    if proc is None:
+        return
+    t0 = time.monotonic()
+    say("warming the Spark Connect server: small applies on a scratch lake (CDCLAKE_SPARK_WARMUP_APPLIES)")
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        say(f"the warm-up goes on after {timeout:.0f}s (logs/spark-warmup.log)")
+        return
+    outcome = "done" if code == 0 else f"failed with {code}, the server is not warm (logs/spark-warmup.log)"
+    say(f"warm-up {outcome} in {time.monotonic() - t0:.0f}s")
 
 
 def wait_listening(url: str, timeout: float = WAIT_S) -> None:

@@ -22,8 +22,10 @@ from cdclake.lake.spark import catalog_conf
 def make_settings(home: Path, **overrides: Any) -> Settings:
     """Settings in ``home``; the query API on the applies' Spark Connect server unless
     ``query_spark_connect_url`` says otherwise (:func:`running_stack` gives it a server of its own,
-    as ``cdclake up`` does), never on the default port of the machine's own stack."""
-    return load({"CDCLAKE_HOME": str(home), "CDCLAKE_QUERY_SPARK_CONNECT_URL": ""}, **overrides)
+    as ``cdclake up`` does), never on the default port of the machine's own stack; no warm-up
+    applies (tests/deploy/test_warmup.py has its own: on a stack they would share its cores)."""
+    env = {"CDCLAKE_HOME": str(home), "CDCLAKE_QUERY_SPARK_CONNECT_URL": "", "CDCLAKE_SPARK_WARMUP_APPLIES": "0"}
+    return load(env, **overrides)
 
 
 def stage(
