@@ -36,9 +36,9 @@ import httpx
 from cdclake.config import private
 from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
+from cdclake.dev import warmup
 from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
-from cdclake.launch import warmup
 from cdclake.orchestration.airflow_api import AirflowClient
 from cdclake.query import server as queryserver
 from cdclake.service import exposure
@@ -267,8 +267,8 @@ class LocalStack:
             self.say(f"starting the Spark Connect server on sc://{host}:{port} ({s.spark_master})")
             self.env()  # makes the state folder's secrets, the server's token among them
             self._spawn("spark-connect", connect_server_command(s, host, port), connect_server_env(s))
-            if s.spark_warmup_applies:  # it waits for the server, then warms it while the rest starts
-                self._spawn("spark-warmup", [sys.executable, "-m", "cdclake.launch.warmup", "--wait"])
+            if s.spark_warmup_applies:  # it waits for the server, then warms it while Airflow starts
+                self._spawn("spark-warmup", [sys.executable, "-m", "cdclake.dev.warmup", "--wait"])
                 self.once["spark-warmup"] = self.procs.pop("spark-warmup")
         if self.query_address:
             host, port = self.query_address

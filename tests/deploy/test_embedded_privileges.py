@@ -42,6 +42,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         rest_port=free_port(),
         spark_connect_url=f"sc://127.0.0.1:{free_port()}",  # as `cdclake up` runs it: its own Connect server
         notify_debounce_ms=100,
+        spark_warmup_applies=2,  # its scratch lake is in the state folder too
     )
     ready: list[Any] = []
     started, done = threading.Event(), threading.Event()
@@ -155,7 +156,10 @@ def test_the_state_folder_is_the_owners_alone_after_a_landing_and_an_apply(stack
     assert state == "success", stack.airflow.task_instances("cdc_apply", run_id)
     assert load_table(settings, "modes") is not None  # the warehouse holds its files now
     home = settings.home
-    for written in ("staging/modes", "warehouse", "catalog.db", "airflow/airflow.db", "airflow/logs", "logs"):
+    # The warm-up's scratch lake (cdclake.dev.warmup) too: `up` waited for its two applies.
+    assert "warm-up: 2 applies" in (home / "logs" / "spark-warmup.log").read_text()
+    lake = ("staging/modes", "warehouse", "catalog.db", "airflow/airflow.db", "airflow/logs", "logs")
+    for written in (*lake, "warmup/staging/warmup", "warmup/warehouse", "warmup/catalog.db"):
         assert (home / written).exists(), written
     wide = not_private(home)
     assert not wide, f"{len(wide)} paths readable or writable by others: {dict(list(wide.items())[:20])}"

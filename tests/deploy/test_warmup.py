@@ -1,4 +1,4 @@
-"""The warm-up of a fresh Spark Connect server (cdclake.launch.warmup): the real apply on a
+"""The warm-up of a fresh Spark Connect server (cdclake.dev.warmup): the real apply on a
 scratch lake of its own, through the server, in a process of its own as ``cdclake up`` starts it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from cdclake.dev import warmup
 from cdclake.dev.reference import diff, expected_tables
 from cdclake.lake.spark import table_ident
-from cdclake.launch import warmup
 from tests.support import attach_catalog, make_settings, table_rows
 
 pytestmark = pytest.mark.spark
@@ -25,7 +25,7 @@ def test_the_warm_up_applies_on_a_scratch_lake_and_leaves_the_lake_alone(
     settings = make_settings(tmp_path / "home", spark_connect_url=connect_url)
     env = {**os.environ, **settings.as_env(), "CDCLAKE_SPARK_CONNECT_URL": connect_url}
     done = subprocess.run(
-        [sys.executable, "-m", "cdclake.launch.warmup", "--wait", "--applies", "3"],
+        [sys.executable, "-m", "cdclake.dev.warmup", "--wait", "--applies", "3"],
         env=env,
         capture_output=True,
         text=True,
@@ -46,6 +46,6 @@ def test_the_warm_up_applies_on_a_scratch_lake_and_leaves_the_lake_alone(
 def test_no_warm_up_when_off_or_without_a_server(tmp_path: Path) -> None:
     for extra in ({"CDCLAKE_SPARK_WARMUP_APPLIES": "0"}, {"CDCLAKE_SPARK_CONNECT_URL": ""}):
         env = {**os.environ, "CDCLAKE_HOME": str(tmp_path), **extra}
-        done = subprocess.run([sys.executable, "-m", "cdclake.launch.warmup", "--wait"], env=env, timeout=120)
+        done = subprocess.run([sys.executable, "-m", "cdclake.dev.warmup", "--wait"], env=env, timeout=120)
         assert done.returncode == 0
         assert not (tmp_path / "warmup").exists()

@@ -226,6 +226,7 @@ class Cluster:
                 # Executors must fit the 1 GiB workers; the Connect server is the only
                 # application, so it may hold every core of the cluster.
                 "spark_executor_memory": "512m",
+                "spark_warmup_applies": 0,  # tests/deploy/test_warmup.py and the embedded stack's test have it
                 "spark_driver_memory": "1g",
                 "spark_event_log_dir": self.event_log_dir.as_uri(),
                 "receiver_port": free_port(),

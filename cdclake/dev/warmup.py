@@ -1,4 +1,4 @@
-"""``python -m cdclake.launch.warmup``: warm a Spark Connect server that has just started, with
+"""``python -m cdclake.dev.warmup``: warm a Spark Connect server that has just started, with
 a few small applies on a scratch lake of its own, before real data needs it.
 
 A fresh server's JVM spends its first minute compiling: Spark's planner, Iceberg's scan and
@@ -9,13 +9,16 @@ server, against a lake in the state folder's ``warmup/`` folder: its own staging
 (registered in this session only, under :data:`CATALOG`) and warehouse. Nothing of the lake's own
 catalog, staging or tables is read or written, and the folder is emptied first.
 
-The embedded stack (``cdclake up``) starts it once its server listens and does not wait for it.
-It is the real apply, not a stand-in: what it compiles is what a micro-batch runs.
+The embedded stack (``cdclake up``) starts it beside its server (``--wait``: it waits for the
+server to listen, while Airflow starts) and waits for it before saying ``services up``: a
+warm-up that ran beside the first real applies shared the cores with them. It is the real apply
+job, run as a ``cdc_apply`` task runs it: what it compiles is what a micro-batch runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import socket
 import subprocess
@@ -77,25 +80,27 @@ def workload(applies: int) -> list[dict[str, Any]]:
 
 def warm(settings: Settings, applies: int) -> list[float]:
     """``applies`` applies of :data:`EVENTS_PER_APPLY` events each through the Connect server of
-    ``settings``; the wall seconds of each."""
+    ``settings``, each the job a ``cdc_apply`` task runs (:func:`cdclake.launch.submit.run_job`);
+    the wall seconds of each. The job reads its settings from the environment: this process's
+    becomes the scratch lake's (the warm-up is a process of its own)."""
     from cdclake.lake.spark import catalog_conf, connect_session, connect_token
-    from spark_jobs.apply import apply_table
+    from cdclake.launch.submit import run_job
 
     scratch = scratch_settings(settings)
     shutil.rmtree(scratch.home, ignore_errors=True)
     scratch.home.mkdir(parents=True)
-    batches = workload(applies)
     spark = connect_session(settings.spark_connect_url, connect_token(settings))
+    os.environ.update(scratch.as_env())
     seconds = []
     try:
         # Catalogs load lazily by name: this session alone knows the scratch one.
         for key, value in catalog_conf(scratch).items():
             if key.startswith(f"spark.sql.catalog.{CATALOG}"):
                 spark.conf.set(key, value)
-        for batch in batches:
+        for batch in workload(applies):
             land(scratch, batch)
             t0 = time.monotonic()
-            apply_table(spark, scratch, TABLE, 1000)
+            run_job(spark, "spark_jobs.apply", ["--table", TABLE])
             seconds.append(round(time.monotonic() - t0, 2))
         print(f"cdclake: warm-up: {len(seconds)} applies, seconds {seconds}", file=sys.stderr, flush=True)
     finally:
@@ -139,7 +144,7 @@ def wait_listening(url: str, timeout: float = WAIT_S) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m cdclake.launch.warmup", description=(__doc__ or "").splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m cdclake.dev.warmup", description=(__doc__ or "").splitlines()[0])
     p.add_argument("--applies", type=int, default=None, help="applies to run (default: CDCLAKE_SPARK_WARMUP_APPLIES)")
     p.add_argument("--wait", action="store_true", help="wait for the server to listen first")
     args = p.parse_args(argv)
