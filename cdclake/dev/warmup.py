@@ -150,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     settings = load()
     applies = settings.spark_warmup_applies if args.applies is None else args.applies
+    if applies < 0:
+        p.error(f"--applies must be 0 or more, not {applies}")
     if not (applies and settings.spark_connect_url):
         return
     if args.wait:

@@ -49,3 +49,11 @@ def test_no_warm_up_when_off_or_without_a_server(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "cdclake.dev.warmup", "--wait"], env=env, timeout=120)
         assert done.returncode == 0
         assert not (tmp_path / "warmup").exists()
+    refused = subprocess.run(
+        [sys.executable, "-m", "cdclake.dev.warmup", "--applies", "-1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "--applies must be 0 or more, not -1" in refused.stderr
