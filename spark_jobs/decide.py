@@ -62,9 +62,11 @@ def mark_seen(
     if seen is not None and distinct <= SEEN_COLLECTED_AT_MOST:
         # The seen events are some of the run's own, so ``distinct`` bounds what comes back; and
         # usually nothing does. Brought back as values, they are a local relation for the join.
-        ids = seen.select(SOURCE, SEQ).collect()
-        n_seen = len(ids)
-        seen = run.spark.createDataFrame(ids, seen.select(SOURCE, SEQ).schema).withColumn(SEEN, F.lit(True))
+        ids = seen.select(SOURCE, SEQ)
+        rows = ids.collect()
+        n_seen = len(rows)
+        if n_seen:
+            seen = run.spark.createDataFrame(rows, ids.schema).withColumn(SEEN, F.lit(True))
     elif seen is not None:
         seen = seen.localCheckpoint(eager=True)
         n_seen = seen.count()
