@@ -57,3 +57,21 @@ def test_no_warm_up_when_off_or_without_a_server(tmp_path: Path) -> None:
         timeout=120,
     )
     assert refused.returncode == 2 and "--applies must be 0 or more, not -1" in refused.stderr
+
+
+def test_up_says_how_the_warm_up_went_and_never_fails_for_it() -> None:
+    """:func:`warmup.finish`, what `cdclake up` calls: a failed warm-up is said, not raised (the
+    server works, only cold); one still running at the timeout is left running."""
+    said: list[str] = []
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    warmup.finish(failed, said.append)
+    assert "failed with 3" in said[-1]
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        warmup.finish(slow, said.append, timeout=0.5)
+        assert "goes on after" in said[-1] and slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait(10)
+    warmup.finish(None, said.append)  # no warm-up started: nothing to say
+    assert len(said) == 4
