@@ -94,33 +94,35 @@ def cdc_apply() -> None:
     def plan(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """At most CDCLAKE_APPLY_TASKS jobs, each applying its group of tables in turn."""
         from cdclake.config.settings import load
-        from cdclake.lake import selection
-        from cdclake.lake.catalog import pending_tables
         from cdclake.launch.submit import group_kwargs
-        from cdclake.orchestration.dag_support import apply_task_count, apply_units, table_groups
-        from cdclake.staging.stores import open_store
+        from cdclake.orchestration.apply_plan import discovery_fits, pending_units, run_argv
+        from cdclake.orchestration.dag_support import apply_task_count, table_groups
 
         params = params or {}
         settings = load()
         unreadable: dict[str, str] = {}
-        pending = pending_tables(settings, only=list(params.get("tables") or []), unreadable=unreadable)
+        only = list(params.get("tables") or [])
+        planned = pending_units(settings, only, unreadable)
         for table, why in sorted(unreadable.items()):
             # The alert is cdc_freshness's (it fails naming the table); this run applies the rest.
             log.error("TABLE UNREADABLE %s: not applied, its metadata cannot be read (%s)", table, why)
-        log.info("%d tables with %d pending staging objects", len(pending), sum(pending.values()))
+        log.info("%d apply runs with %d pending staging objects", len(planned.units), sum(planned.weights.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
-        # Tables that share a source's transactions go in one run: applied and published together.
-        landings = selection.survey(open_store(settings)) if settings.consistent_publish else {}
-        units = apply_units(pending, lambda t: selection.unit([t], landings))
-        weights = {first: sum(pending.get(t, 0) for t in tables) for first, tables in units.items()}
+        groups = table_groups(planned.weights, apply_task_count(settings))
+        # A run over every table lets its draining tasks take on tables that get data after it.
+        taken = sorted({t for tables in planned.units.values() for t in tables} | set(unreadable))
+        discovers = not only and discovery_fits(taken)
+        if not discovers:
+            log.info("no discovery in this run: %s", "its tables are given" if only else f"{len(taken)} tables planned")
         jobs: list[dict[str, Any]] = []
-        for group in table_groups(weights, apply_task_count(settings)):
-            log.info("apply group %d: %s", len(jobs), {t: units[t] for t in group})
-            runs = [
-                [a for t in units[first] for a in ("--table", t)] + ["--max-objects", max_objects] for first in group
-            ]
+        for i, group in enumerate(groups):
+            log.info("apply group %d: %s", i, {t: planned.units[t] for t in group})
+            runs = [run_argv(planned.units[first], max_objects) for first in group]
+            discover: dict[str, Any] | None = None
+            if discovers:
+                discover = {"taken": taken, "task": i, "tasks": len(groups), "max_objects": max_objects}
             name = f"cdc_apply-{group[0]}"
-            jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, drain_s=settings.apply_drain_s))
+            jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, settings.apply_drain_s, discover))
         return jobs
 
     # spark-submit: two tasks at a time (each is a JVM; on 2 cores a third only adds

@@ -20,6 +20,11 @@ run (scheduler, plan, task start) per micro-batch and waiting for the slowest ta
 Each micro-batch is its own job call: its own ``CDCLAKE_RESULT`` line and commit, and the
 table's lock is released between them, so maintenance is not starved. A run that fails leaves
 the loop.
+
+``--discover JSON`` (``cdc_apply``'s plan, when it applies every table): between passes, the
+drain also takes on the runs of tables that got pending objects after the plan and fall to this
+task (:class:`cdclake.orchestration.apply_plan.Discovery`); they drain with the others from then
+on. JSON: ``{"taken": [tables the plan gave to any task], "task": i, "tasks": n, "max_objects": m}``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--module", required=True, help="job module with main(spark, argv), e.g. spark_jobs.apply")
     p.add_argument("--runs", required=True, help="JSON list of argv lists, one per run, in order")
     p.add_argument("--drain-seconds", type=float, default=0.0, help="keep re-running runs that committed (0: once)")
+    p.add_argument("--discover", default="", help="JSON: take on tables pending after the plan (see the module doc)")
     return p.parse_args(argv)
 
 
@@ -55,7 +61,13 @@ def committed(result: Any) -> bool:
 def main(spark: SparkSession, argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     runs: list[list[str]] = json.loads(args.runs)
-    return drain(spark, importlib.import_module(args.module).main, runs, args.drain_seconds)
+    discover = None
+    if args.discover:
+        from cdclake.config.settings import load
+        from cdclake.orchestration.apply_plan import Discovery
+
+        discover = Discovery(load(), **json.loads(args.discover))
+    return drain(spark, importlib.import_module(args.module).main, runs, args.drain_seconds, discover=discover)
 
 
 def drain(
@@ -64,8 +76,10 @@ def drain(
     runs: list[list[str]],
     seconds: float = 0.0,
     clock: Callable[[], float] = time.monotonic,
+    discover: Callable[[], list[list[str]]] | None = None,
 ) -> dict[str, Any]:
-    """Every run once, then all again while some run commits and ``seconds`` last (see the module doc)."""
+    """Every run once, then all again while some run commits and ``seconds`` last, with the runs
+    ``discover`` finds between passes (see the module doc)."""
     deadline = clock() + seconds
     results: list[Any] = []
     failed: list[str] = []
@@ -85,7 +99,11 @@ def drain(
             again.append(run)
             any_committed = any_committed or committed(result)
         left = deadline - clock()
-        todo = again if left > 0 and any_committed else []
+        found = discover() if discover is not None and left > 0 else []
+        for run in found:
+            print(f"cdclake: drain: taking on {' '.join(run)} (pending since the plan)", flush=True)
+        runs = runs + found
+        todo = again + found if left > 0 and (any_committed or found) else []
         if todo:
             print(f"cdclake: drain pass {passes + 1}: {len(todo)} of {len(runs)} runs, {left:.0f}s left", flush=True)
     if failed:

@@ -71,16 +71,23 @@ def job_kwargs(settings: Settings, module: str, args: Sequence[str], name: str) 
 
 
 def group_kwargs(
-    settings: Settings, module: str, runs: Sequence[Sequence[str]], name: str, drain_s: float = 0
+    settings: Settings,
+    module: str,
+    runs: Sequence[Sequence[str]],
+    name: str,
+    drain_s: float = 0,
+    discover: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The mapped kwargs of one task that runs ``module`` once per argv in ``runs``, in turn, and
-    with ``drain_s`` again while they commit (``spark_jobs.group``); a single run that does not
-    drain is the plain job."""
+    with ``drain_s`` again while they commit, taking on what ``discover`` finds between passes
+    (``spark_jobs.group``); a single run that does not drain is the plain job."""
     if len(runs) == 1 and not drain_s:
         return job_kwargs(settings, module, runs[0], name)
     args = ["--module", module, "--runs", json.dumps([list(r) for r in runs])]
     if drain_s:
         args += ["--drain-seconds", str(drain_s)]
+        if discover is not None:
+            args += ["--discover", json.dumps(discover)]
     return job_kwargs(settings, "spark_jobs.group", args, name)
 
 

@@ -49,6 +49,9 @@ from cdclake.lake.catalog import load_table
 from cdclake.staging import stores
 
 TABLES = ("customers", "orders", "products")
+SPARSE = "sparse"
+"""With ``--sparse-every S``, a fourth table that gets one small batch every S seconds, its
+latency reported apart: a table that is quiet when a run is planned (cdclake.orchestration.apply_plan)."""
 
 
 def _ts(value: str | None) -> float | None:
@@ -61,10 +64,20 @@ def pct(values: list[float], p: float) -> float:
 
 
 class Load:
-    """``sources`` producer threads, each sending a batch every ``1 / batches_per_s`` seconds."""
+    """``sources`` producer threads, each sending a batch every ``1 / batches_per_s`` seconds,
+    its events over ``tables`` in turn."""
 
-    def __init__(self, url: str, rate: int, sources: int, batches_per_s: float, keys: int, seed: int = 7) -> None:
-        self.url, self.sources, self.keys = url, sources, keys
+    def __init__(
+        self,
+        url: str,
+        rate: float,
+        sources: int,
+        batches_per_s: float,
+        keys: int,
+        seed: int = 7,
+        tables: tuple[str, ...] = TABLES,
+    ) -> None:
+        self.url, self.sources, self.keys, self.tables = url, sources, keys, tables
         self.per_batch = max(1, round(rate / sources / batches_per_s))
         self.interval = 1.0 / batches_per_s
         self.acked: list[tuple[str, int, float, int]] = []  # source, batch seq, ack wall time, events
@@ -85,7 +98,7 @@ class Load:
                 events = []
                 for _ in range(self.per_batch):
                     seq += 1
-                    table = TABLES[seq % 3]
+                    table = self.tables[seq % len(self.tables)]
                     key = str(rng.randrange(self.keys))
                     exists = alive.get((table, key), False)
                     r = rng.random()
@@ -126,7 +139,7 @@ def visible_at(settings: Any) -> dict[tuple[str, str, int], float]:
     """(table, source, batch seq) -> wall time of the commit whose watermark first holds it."""
     store = stores.open_store(settings)
     out: dict[tuple[str, str, int], float] = {}
-    for table in TABLES:
+    for table in (*TABLES, SPARSE):
         t = load_table(settings, table)
         if t is None:
             continue
@@ -197,7 +210,26 @@ def breakdown(stack: LocalStack, since: float) -> tuple[dict[str, float], int, l
     return means, n, windows
 
 
-def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: float, keys: int) -> dict[str, Any]:
+def latencies(
+    load_: Load, seen: dict[tuple[str, str, int], float], since: float
+) -> tuple[list[tuple[float, float]], int]:
+    """(seconds since the load began, latency) per acked batch and table; how many never became visible."""
+    timed: list[tuple[float, float]] = []
+    missing = 0
+    tables_of = _tables_per_batch(load_)
+    for source, seq, acked_at, _ in load_.acked:
+        for table in tables_of[(source, seq)]:
+            at = seen.get((table, source, seq))
+            if at is None:
+                missing += 1
+            else:
+                timed.append((acked_at - since, max(0.0, at - acked_at)))
+    return timed, missing
+
+
+def run_mode(
+    mode: str, seconds: float, rate: int, sources: int, batches_per_s: float, keys: int, sparse_every: float = 0
+) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix=f"cdclake-fresh-{mode}-"))
     url = f"sc://127.0.0.1:{free_port()}" if mode.startswith("connect") else ""
     settings = load(
@@ -222,34 +254,34 @@ def run_mode(mode: str, seconds: float, rate: int, sources: int, batches_per_s: 
         warm.run_for(5)
         _wait_applied(stack, settings, warm, timeout=300)
         load_ = Load(settings.receiver_url, rate, sources, batches_per_s, keys)
+        # 5 events per batch on the sparse table, one batch every ``sparse_every`` seconds.
+        sparse = Load(settings.receiver_url, 5 / (sparse_every or 1), 1, 1 / (sparse_every or 1), keys, 55, (SPARSE,))
         since = time.time()
         print(f"[fresh] {mode}: {rate} events/s for {seconds:.0f}s", flush=True)
+        beside = threading.Thread(target=sparse.run_for, args=(seconds,), daemon=True)
+        if sparse_every:
+            beside.start()
         load_.run_for(seconds)
+        if sparse_every:
+            beside.join(timeout=120)
         _wait_applied(stack, settings, load_, timeout=600)
+        _wait_applied(stack, settings, sparse, timeout=600)
         seen = visible_at(settings)
         _wait_runs_end(stack, timeout=300)  # a draining run ends after a pass that finds nothing
         parts, runs, _ = breakdown(stack, since)
-        lat: list[float] = []
-        timed: list[tuple[float, float]] = []  # (seconds since the load began, latency)
-        missing = 0
-        tables_of = _tables_per_batch(load_)
-        for source, seq, acked_at, _ in load_.acked:
-            for table in tables_of[(source, seq)]:
-                at = seen.get((table, source, seq))
-                if at is None:
-                    missing += 1
-                else:
-                    lat.append(max(0.0, at - acked_at))
-                    timed.append((acked_at - since, lat[-1]))
-        problems = _check(settings, warm.sent + load_.sent)
+        timed, missing = latencies(load_, seen, since)
+        sparse_timed, sparse_missing = latencies(sparse, seen, since)
+        lat = [v for _, v in timed]
+        problems = _check(settings, warm.sent + load_.sent + sparse.sent)
     events = sum(a[3] for a in load_.acked)
     return {
         "mode": mode,
         "events": events,
         "rate": events / seconds,
         "samples": len(lat),
-        "missing": missing,
-        "errors": load_.errors[:3],
+        "missing": missing + sparse_missing,
+        "errors": (load_.errors + sparse.errors)[:3],
+        "sparse": [v for _, v in sparse_timed],
         "p50": pct(lat, 50),
         "p95": pct(lat, 95),
         "p99": pct(lat, 99),
@@ -319,10 +351,11 @@ def main() -> None:
     ap.add_argument("--sources", type=int, default=2)
     ap.add_argument("--batches-per-s", type=float, default=2.0, help="per source")
     ap.add_argument("--keys", type=int, default=20_000, help="per table")
+    ap.add_argument("--sparse-every", type=float, default=0, help="seconds between batches to a 4th table (0: none)")
     args = ap.parse_args()
     results = []
     for m in [m.strip() for m in args.modes.split(",") if m.strip()]:
-        r = run_mode(m, args.seconds, args.rate, args.sources, args.batches_per_s, args.keys)
+        r = run_mode(m, args.seconds, args.rate, args.sources, args.batches_per_s, args.keys, args.sparse_every)
         print(f"[fresh] {m}: p50 {r['p50']:.1f}s p95 {r['p95']:.1f}s parts {r['parts']}", flush=True)
         results.append(r)
     print(f"\n{'mode':<16}{'events/s':>9}{'batches':>9}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'max s':>8}{'runs':>6}")
@@ -338,6 +371,12 @@ def main() -> None:
             print(f"  {k:<34}{v:>7.2f}")
         shown = ", ".join(f"{t:.0f}s: {a:.1f}/{b:.1f}" for t, a, b in r["windows"])
         print(f"  p50/p95 per {WINDOW_S:.0f} s of load, by ack time: {shown}")
+        if r["sparse"]:
+            lat = r["sparse"]
+            print(
+                f"  {SPARSE} (a batch every {args.sparse_every:.0f} s, {len(lat)} batches): p50 {pct(lat, 50):.1f}s"
+                f" p95 {pct(lat, 95):.1f}s max {max(lat):.1f}s; each: {' '.join(f'{v:.0f}' for v in lat)}"
+            )
         if r["missing"] or r["errors"] or r["problems"]:
             print(f"  !! missing {r['missing']} errors {r['errors']} divergence {r['problems']}")
         else:

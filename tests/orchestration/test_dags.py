@@ -262,6 +262,11 @@ def test_cdc_apply_plan_drains_each_task_unless_told_not_to(dagbag, monkeypatch,
     argv = list(job.get("argv") or job.get("application_args") or [])
     assert argv[argv.index("--drain-seconds") + 1] == "120"
     assert runs_of(job) == [["--table", "t", "--max-objects", "10"]]
+    # Every table planned, and this task's share of what lands after (test_apply_discovery.py).
+    discover = json.loads(argv[argv.index("--discover") + 1])
+    assert discover == {"taken": ["t"], "task": 0, "tasks": 1, "max_objects": "10"}
+    [job] = plan(params={"tables": ["t"], "max_objects": 10})
+    assert "--discover" not in (job.get("argv") or job.get("application_args") or []), "only the tables asked for"
     monkeypatch.setenv("CDCLAKE_APPLY_DRAIN_S", "0")
     [job] = plan(params={"tables": [], "max_objects": 10})
     assert "--drain-seconds" not in (job.get("argv") or job.get("application_args") or [])
