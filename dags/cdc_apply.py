@@ -33,7 +33,9 @@ Airflow refuses more than 1,024 mapped tasks); each task applies its group of ta
 (`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a table that
 fails does not stop the rest of its group. While data keeps landing, a task keeps applying its
 tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds (default 120;
-0 = one pass): a steady stream does not wait for a new DAG run per micro-batch.
+0 = one pass): a steady stream does not wait for a new DAG run per micro-batch. Between passes a
+draining task also takes on tables whose data landed after the plan (one task per new table), so a
+quiet table does not wait for the next DAG run either (unless the run was given `tables`).
 
 Tables that share a source's transactions (`CDCLAKE_CONSISTENT_PUBLISH`, on by default) are one
 run: applied together, whole transactions only, and published in one catalog commit, so no
