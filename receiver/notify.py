@@ -2,7 +2,8 @@
 scheduled on :data:`STAGING_ASSET_URI`) runs on arrival instead of waiting for its fallback
 schedule.
 
-Debounced (one event per ``CDCLAKE_NOTIFY_DEBOUNCE_MS`` at most) and off the ack path: a slow or
+Throttled (one event per ``CDCLAKE_NOTIFY_DEBOUNCE_MS`` at most, the first after a quiet spell at
+once) and off the ack path: a slow or
 absent Airflow never delays or fails an ack; the apply DAG's periodic schedule is the safety net.
 
 ``POST /flush`` and WebSocket ``flush_request`` go through :meth:`Notifier.flush`, coalesced.
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,9 +61,14 @@ class Notifier:
             self._wake.set()
 
     async def run(self) -> None:
+        # Throttled on the leading edge: a landing after a quiet spell is announced at once (a
+        # lone batch no longer waits out the interval before its run can start), later ones
+        # wait until the interval since the last event has passed, all in one event.
+        last = -math.inf
         while True:
             await self._wake.wait()
-            await asyncio.sleep(self.settings.notify_debounce_ms / 1000)
+            await asyncio.sleep(max(0.0, last + self.settings.notify_debounce_ms / 1000 - time.monotonic()))
+            last = time.monotonic()
             self._wake.clear()
             tables, self._pending = sorted(self._pending), set()
             try:

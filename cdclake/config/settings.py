@@ -301,7 +301,9 @@ class Settings:
         minimum=1,
     )
     notify_debounce_ms: int = setting(
-        1_000, doc="At most one Airflow Asset event per this interval; 0: no notification.", group=RECEIVER
+        1_000,
+        doc="At most one Airflow Asset event per this interval, the first after a quiet spell at once; 0: none.",
+        group=RECEIVER,
     )
 
     # --- Connections (receiver and REST catalog) ---

@@ -15,6 +15,7 @@ class FakeAirflow:
         self.triggers = 0
         self.delay_s = 0.0
         self.lock = threading.Lock()
+        self.asset_events: list[tuple[float, list[str]]] = []  # (monotonic time, tables) per Asset event
 
     def client(self, *args: Any, **kwargs: Any) -> FakeAirflow:
         return self
@@ -36,6 +37,12 @@ class FakeAirflow:
         if method == "GET" and path == "/api/v2/dags/cdc_apply/dagRuns":
             states = kwargs.get("params", {}).get("state") or ["queued", "running"]
             return {"dag_runs": [r for r in self.active_runs("cdc_apply") if r["state"] in states]}
+        if method == "GET" and path == "/api/v2/assets":
+            return {"assets": [{"id": 1, "name": kwargs["params"]["name_pattern"]}]}
+        if method == "POST" and path == "/api/v2/assets/events":
+            with self.lock:
+                self.asset_events.append((time.monotonic(), list(kwargs["json"]["extra"]["tables"])))
+            return {}
         raise AssertionError(f"unexpected Airflow call {method} {path}")
 
     def close(self) -> None:
