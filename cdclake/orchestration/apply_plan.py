@@ -92,10 +92,14 @@ class Discovery:
         start = self.clock()
         if start < self.next_at:
             return []
-        outside = [t for t in open_store(self.settings).tables() if t not in self.taken]
-        unreadable: dict[str, str] = {}
-        found = pending_units(self.settings, outside, unreadable).units if outside else {}
-        self.taken.update(unreadable)  # logged once: the next DAG run's plan names it again
+        try:
+            outside = [t for t in open_store(self.settings).tables() if t not in self.taken]
+            unreadable: dict[str, str] = {}
+            found = pending_units(self.settings, outside, unreadable).units if outside else {}
+            self.taken.update(unreadable)  # logged once: the next DAG run's plan names it again
+        except Exception:  # the drain goes on with its own tables; the next DAG run's plan looks again
+            log.warning("looking for tables pending since the plan failed", exc_info=True)
+            found = {}
         runs = []
         for first, tables in sorted(found.items()):
             if self.taken.isdisjoint(tables) and owner(first, self.tasks) == self.task:

@@ -111,6 +111,17 @@ def test_a_drain_goes_on_for_a_run_it_took_on_even_when_its_own_found_nothing() 
     assert seen == ["hot", "hot", "late"] and out["passes"] == 2
 
 
+def test_a_failed_look_leaves_the_drain_to_its_own_tables(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unreachable(settings: Settings) -> Any:
+        raise OSError("staging unreachable")
+
+    monkeypatch.setattr("cdclake.orchestration.apply_plan.open_store", unreachable)
+    assert Discovery(settings, taken=[], task=0, tasks=1, max_objects=9)() == []
+    assert "staging unreachable" in caplog.text
+
+
 def test_a_plan_too_big_for_a_task_s_arguments_does_not_discover() -> None:
     assert discovery_fits([f"table_{i}" for i in range(100)])
     assert not discovery_fits([f"table_{i:05d}" for i in range(5000)])
