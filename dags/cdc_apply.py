@@ -33,9 +33,10 @@ Airflow refuses more than 1,024 mapped tasks); each task applies its group of ta
 (`spark_jobs/group.py`), groups balanced by pending objects, most backlogged first; a table that
 fails does not stop the rest of its group. While data keeps landing, a task keeps applying its
 tables, micro-batch after micro-batch, for up to `CDCLAKE_APPLY_DRAIN_S` seconds (default 120;
-0 = one pass): a steady stream does not wait for a new DAG run per micro-batch. Between passes a
-draining task also takes on tables whose data landed after the plan (one task per new table), so a
-quiet table does not wait for the next DAG run either (unless the run was given `tables`).
+0 = one pass): a steady stream does not wait for a new DAG run per micro-batch. When the run has
+one apply task (the default on a `local[2]` or `local[3]` master) and was not given `tables`, that
+task also takes on, between passes, tables whose data landed after the plan, so a quiet table does
+not wait for the next DAG run either.
 
 Tables that share a source's transactions (`CDCLAKE_CONSISTENT_PUBLISH`, on by default) are one
 run: applied together, whole transactions only, and published in one catalog commit, so no
@@ -111,17 +112,20 @@ def cdc_apply() -> None:
         log.info("%d apply runs with %d pending staging objects", len(planned.units), sum(planned.weights.values()))
         max_objects = str(int(params.get("max_objects") or settings.max_objects_per_run))
         groups = table_groups(planned.weights, apply_task_count(settings))
-        # A run over every table lets its draining tasks take on tables that get data after it.
+        # A run over every table, in one task, lets that task take on tables that get data after
+        # the plan. Not with several tasks: a new table's owner may have finished its drain, and
+        # which tasks still drain is not known to the others (cdclake/orchestration/apply_plan.py).
         taken = sorted({t for tables in planned.units.values() for t in tables} | set(unreadable))
-        discovers = not only and discovery_fits(taken)
-        if not discovers:
-            log.info("no discovery in this run: %s", "its tables are given" if only else f"{len(taken)} tables planned")
+        why_not = "its tables are given" if only else "several apply tasks" if len(groups) > 1 else ""
+        why_not = why_not or ("" if discovery_fits(taken) else f"{len(taken)} tables planned")
+        if why_not:
+            log.info("no discovery in this run: %s", why_not)
         jobs: list[dict[str, Any]] = []
         for i, group in enumerate(groups):
             log.info("apply group %d: %s", i, {t: planned.units[t] for t in group})
             runs = [run_argv(planned.units[first], max_objects) for first in group]
             discover: dict[str, Any] | None = None
-            if discovers:
+            if not why_not:
                 discover = {"taken": taken, "task": i, "tasks": len(groups), "max_objects": max_objects}
             name = f"cdc_apply-{group[0]}"
             jobs.append(group_kwargs(settings, "spark_jobs.apply", runs, name, settings.apply_drain_s, discover))

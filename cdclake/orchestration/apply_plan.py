@@ -6,9 +6,14 @@ The run's plan (its first task) groups the tables with pending objects into at m
 data first lands after the plan is in no group: it would wait for the next DAG run, queued
 behind the draining one for up to ``CDCLAKE_APPLY_DRAIN_S`` (120 s by default) while the busy
 tables are applied every few seconds. So between passes a draining task looks again
-(:class:`Discovery`) and takes on the new tables that fall to it: each new run goes to one task
-of the DAG run, chosen by a hash of its first table, and a table the plan gave to a task is never
-taken by another (the per-table lock would keep two from racing, but they would share the cores).
+(:class:`Discovery`) and takes on the new tables that fall to it (:func:`owner`, a hash of the
+run's first table), never a table the plan gave to a task.
+
+The plan hands discovery out only to a run of one apply task (the default on a small local
+master). With several, a new table's owner may already have left its drain (its own tables went
+quiet), and the others cannot tell which tasks still drain: the table would wait as before, and
+two tasks whose looks saw different transactions could both take a unit (correct under the
+per-table lock, but sharing the cores).
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from cdclake.staging.stores import open_store
 log = logging.getLogger("cdclake.apply_plan")
 
 DISCOVERY_SHARE = 20
-"""A look for new tables costs a staging listing and a metadata read per table outside the run:
-the next look waits this many times as long as the last one took, so looking costs at most
-1/20 of a drain's time whatever the number of tables (a few tables: every pass)."""
+"""A look for new tables costs a staging listing and a metadata read per table outside the run
+(about what the plan's own look costs): the next look waits this many times as long as the last
+one took, so after the first look, looking costs at most 1/20 of a drain's time whatever the
+number of tables (a few tables: every pass)."""
 
 DISCOVERY_TAKEN_MAX_CHARS = 32_768
 """The plan hands every task the tables it planned, in the task's arguments (a command line with

@@ -267,7 +267,7 @@ def run_mode(
         since = time.time()
         print(f"[fresh] {mode}: {rate} events/s for {seconds:.0f}s", flush=True)
         # Its first batch lands 30 s into the load: when the busy tables' run is already draining.
-        beside = threading.Thread(target=sparse.run_for, args=(seconds - SPARSE_AFTER_S, SPARSE_AFTER_S))
+        beside = threading.Thread(target=sparse.run_for, args=(max(0.0, seconds - SPARSE_AFTER_S), SPARSE_AFTER_S))
         if sparse_every:
             beside.start()
         load_.run_for(seconds)

@@ -112,6 +112,10 @@ def runs_of(job: dict[str, Any]) -> list[list[str]]:
     return [argv]
 
 
+def argv_of(job: dict[str, Any]) -> list[str]:
+    return list(job.get("argv") or job.get("application_args") or [])
+
+
 def table_of(argv: list[str]) -> str:
     return argv[argv.index("--table") + 1]
 
@@ -292,8 +296,11 @@ def test_cdc_apply_maps_as_many_apply_tasks_as_the_local_master_has_cores(dagbag
     monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[2]")
     plan = dagbag.dags["cdc_apply"].get_task("plan").python_callable
     assert [[table_of(a) for a in runs_of(job)] for job in plan(params={})] == [["a", "b", "c"]]
+    assert all("--discover" in argv_of(job) for job in plan(params={})), "one task takes on new tables"
     monkeypatch.setenv("CDCLAKE_SPARK_MASTER", "local[4]")
     assert sorted([table_of(a) for a in runs_of(job)] for job in plan(params={})) == [["a"], ["b", "c"]]
+    # With two, a new table's owner may have left its drain: new tables wait for the next run.
+    assert not any("--discover" in argv_of(job) for job in plan(params={}))
     monkeypatch.setenv("CDCLAKE_APPLY_TASKS", "3")
     assert len(plan(params={})) == 3
 
