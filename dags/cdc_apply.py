@@ -116,8 +116,13 @@ def cdc_apply() -> None:
         # the plan. Not with several tasks: a new table's owner may have finished its drain, and
         # which tasks still drain is not known to the others (cdclake/orchestration/apply_plan.py).
         taken = sorted({t for tables in planned.units.values() for t in tables} | set(unreadable))
-        why_not = "its tables are given" if only else "several apply tasks" if len(groups) > 1 else ""
-        why_not = why_not or ("" if discovery_fits(taken) else f"{len(taken)} tables planned")
+        why_not = ""
+        if only:
+            why_not = "its tables are given"
+        elif len(groups) > 1:
+            why_not = "several apply tasks"
+        elif not discovery_fits(taken):
+            why_not = f"{len(taken)} tables planned"
         if why_not:
             log.info("no discovery in this run: %s", why_not)
         jobs: list[dict[str, Any]] = []
