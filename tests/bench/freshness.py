@@ -22,15 +22,13 @@ Each mode is one fresh stack, measured side by side in the same run:
 * ``submit``: one ``spark-submit`` (a fresh driver JVM) per task, draining.
 
 ``--sparse-every S``: a fourth table gets a batch of 5 events every S seconds from 30 s into the
-load on, when the busy tables' run is already draining; its latencies are printed apart (they
-are not in the p50/p95 above them).
+load on, when the busy tables' run is already draining; its latencies are printed apart.
 
-Also printed: p50/p95 per 30 s of load, by ack time (a fresh Spark JVM compiles for minutes).
-
-Printed per mode: p50/p95/p99/max latency, and where the time goes, averaged over the apply runs:
-waiting for a run (asset debounce, scheduler, the previous run still going; max_active_runs=1),
-plan task, mapped-task start (executor + process + Spark session or JVM), the job's phases
-(list, read, fit, classify, count, side tables, merge = MERGE + commit), and task end.
+Printed per mode: p50/p95/p99/max latency, also per 30 s of load by ack time (a fresh Spark JVM
+compiles for minutes); where the time goes, averaged over the apply runs: waiting for a run,
+plan task, mapped-task start (executor + process + Spark session or JVM), the job's phases (list,
+read, fit, classify, count, side tables, merge = MERGE + commit); and the CPU seconds of each
+component of the stack from the load's start to its last run's end (tests.bench.cputree).
 """
 
 from __future__ import annotations
@@ -52,6 +50,7 @@ from cdclake.contracts.watermark import SUMMARY_KEY, Watermark
 from cdclake.dev.stack import LocalStack, free_port
 from cdclake.lake.catalog import load_table
 from cdclake.staging import stores
+from tests.bench import cputree
 
 TABLES = ("customers", "orders", "products")
 SPARSE = "sparse"
@@ -151,14 +150,13 @@ def visible_at(settings: Any) -> dict[tuple[str, str, int], float]:
         t = load_table(settings, table)
         if t is None:
             continue
-        names = [k for k in store.list(table)]
         snaps = sorted(t.metadata.snapshots, key=lambda s: s.timestamp_ms)
         marks = [
             (s.timestamp_ms / 1000, Watermark.decode(s.summary.additional_properties[SUMMARY_KEY]))
             for s in snaps
             if s.summary is not None and SUMMARY_KEY in s.summary.additional_properties
         ]
-        for k in names:
+        for k in store.list(table):
             for at, wm in marks:
                 if wm.consumed(k.name):
                     out[(table, k.source, k.batch_sequence)] = at
@@ -264,7 +262,7 @@ def run_mode(
         load_ = Load(settings.receiver_url, rate, sources, batches_per_s, keys)
         # 5 events per batch on the sparse table, one batch every ``sparse_every`` seconds.
         sparse = Load(settings.receiver_url, 5 / (sparse_every or 1), 1, 1 / (sparse_every or 1), keys, 55, (SPARSE,))
-        since = time.time()
+        since, cpu0 = time.time(), cputree.snapshot(cputree.components(stack))
         print(f"[fresh] {mode}: {rate} events/s for {seconds:.0f}s", flush=True)
         # Its first batch lands 30 s into the load: when the busy tables' run is already draining.
         beside = threading.Thread(target=sparse.run_for, args=(max(0.0, seconds - SPARSE_AFTER_S), SPARSE_AFTER_S))
@@ -277,6 +275,7 @@ def run_mode(
         _wait_applied(stack, settings, sparse, timeout=600)
         seen = visible_at(settings)
         _wait_runs_end(stack, timeout=300)  # a draining run ends after a pass that finds nothing
+        cpu, cpu_window = cputree.spent(cpu0, cputree.snapshot(cputree.components(stack))), time.time() - since
         parts, runs, _ = breakdown(stack, since)
         timed, missing = latencies(load_, seen, since)
         sparse_timed, sparse_missing = latencies(sparse, seen, since)
@@ -299,6 +298,7 @@ def run_mode(
         "runs": runs,
         "parts": parts,
         "problems": problems,
+        "cpu": cpu | {"window s": cpu_window},
     }
 
 
@@ -306,8 +306,7 @@ WINDOW_S = 30.0
 
 
 def by_window(timed: list[tuple[float, float]], width: float) -> list[tuple[float, float, float]]:
-    """(window start, p50, p95) of the latencies per ``width`` seconds of load, by ack time: a
-    fresh Spark JVM keeps compiling for minutes, so the first windows are its warm-up."""
+    """(window start, p50, p95) of the latencies per ``width`` seconds of load, by ack time."""
     out = []
     for i in range(int(max((t for t, _ in timed), default=0) // width) + 1):
         lat = [v for t, v in timed if i * width <= t < (i + 1) * width]
@@ -373,19 +372,20 @@ def main() -> None:
             f"{r['mode']:<16}{r['rate']:>9.0f}{r['samples']:>9}{r['p50']:>8.1f}{r['p95']:>8.1f}"
             f"{r['p99']:>8.1f}{r['max']:>8.1f}{r['runs']:>6}"
         )
-    print("goal (issue 16): p50 <= 10 s, p95 <= 20 s")
+    print("goal (issue 32): p50 <= 3 s, p95 <= 6 s")
     for r in results:
         print(f"\n{r['mode']}: mean seconds per part of an apply run ({r['runs']} runs)")
         for k, v in r["parts"].items():
             print(f"  {k:<34}{v:>7.2f}")
         shown = ", ".join(f"{t:.0f}s: {a:.1f}/{b:.1f}" for t, a, b in r["windows"])
         print(f"  p50/p95 per {WINDOW_S:.0f} s of load, by ack time: {shown}")
-        if r["sparse"]:
-            lat = r["sparse"]
+        if lat := r["sparse"]:
             print(
                 f"  {SPARSE} (a batch every {args.sparse_every:.0f} s, {len(lat)} batches): p50 {pct(lat, 50):.1f}s"
                 f" p95 {pct(lat, 95):.1f}s max {max(lat):.1f}s; each: {' '.join(f'{v:.0f}' for v in lat)}"
             )
+        print(f"  CPU from the load's start to its last run's end ({r['cpu']['window s']:.0f} s, bench = producers):")
+        print("\n".join(cputree.report({k: v for k, v in r["cpu"].items() if k != "window s"}, r["events"], "   ")))
         if r["missing"] or r["errors"] or r["problems"]:
             print(f"  !! missing {r['missing']} errors {r['errors']} divergence {r['problems']}")
         else:
