@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from cdclake.config.settings import Settings
 from cdclake.lake import catalog, selection
 from cdclake.orchestration.dag_support import apply_units
+from cdclake.staging.store import Store
 from cdclake.staging.stores import open_store
 
 log = logging.getLogger("cdclake.apply_plan")
@@ -57,11 +58,15 @@ class Planned:
     """Pending staging objects per run."""
 
 
-def pending_units(settings: Settings, only: Sequence[str] = (), unreadable: dict[str, str] | None = None) -> Planned:
+def pending_units(
+    settings: Settings, only: Sequence[str] = (), unreadable: dict[str, str] | None = None, store: Store | None = None
+) -> Planned:
     """The tables with pending objects (all, or ``only`` those) as apply runs: the tables that
-    share a source's transactions (``CDCLAKE_CONSISTENT_PUBLISH``) in one run."""
-    pending = catalog.pending_tables(settings, only=list(only), unreadable=unreadable)
-    landings = selection.survey(open_store(settings)) if settings.consistent_publish and pending else {}
+    share a source's transactions (``CDCLAKE_CONSISTENT_PUBLISH``) in one run. ``store``: the
+    staging store, opened once by a caller that looks again and again."""
+    store = store or open_store(settings)
+    pending = catalog.pending_tables(settings, only=list(only), store=store, unreadable=unreadable)
+    landings = selection.survey(store) if settings.consistent_publish and pending else {}
     units = apply_units(pending, lambda t: selection.unit([t], landings))
     return Planned(units, {first: sum(pending.get(t, 0) for t in tables) for first, tables in units.items()})
 
@@ -93,15 +98,17 @@ class Discovery:
         self.taken = set(taken)
         self.clock = clock
         self.next_at = 0.0
+        self.store: Store | None = None
 
     def __call__(self) -> list[list[str]]:
         start = self.clock()
         if start < self.next_at:
             return []
         try:
-            outside = [t for t in open_store(self.settings).tables() if t not in self.taken]
+            self.store = self.store or open_store(self.settings)
+            outside = [t for t in self.store.tables() if t not in self.taken]
             unreadable: dict[str, str] = {}
-            found = pending_units(self.settings, outside, unreadable).units if outside else {}
+            found = pending_units(self.settings, outside, unreadable, self.store).units if outside else {}
             self.taken.update(unreadable)  # logged once: the next DAG run's plan names it again
         except Exception:  # the drain goes on with its own tables; the next DAG run's plan looks again
             log.warning("looking for tables pending since the plan failed", exc_info=True)

@@ -15,6 +15,7 @@ import pytest
 from cdclake.config.settings import Settings
 from cdclake.dev.workload import generate
 from cdclake.orchestration.apply_plan import DISCOVERY_SHARE, Discovery, discovery_fits, owner
+from cdclake.staging.stores import open_store
 from tests.support import make_settings, stage
 
 
@@ -127,3 +128,22 @@ def test_a_failed_look_leaves_the_drain_to_its_own_tables(
 def test_a_plan_too_big_for_a_task_s_arguments_does_not_discover() -> None:
     assert discovery_fits([f"table_{i}" for i in range(100)])
     assert not discovery_fits([f"table_{i:05d}" for i in range(5000)])
+
+
+def test_looks_share_one_staging_store(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An S3 store is a client to make: a drain that looks every pass opens it once."""
+    from cdclake.orchestration import apply_plan
+
+    opened: list[Settings] = []
+
+    def counting(s: Settings) -> Any:
+        opened.append(s)
+        return open_store(s)
+
+    monkeypatch.setattr(apply_plan, "open_store", counting)
+    find = Discovery(settings, taken=[], task=0, tasks=1, max_objects=9, clock=lambda: 0.0)
+    land(settings, "a")
+    assert find() == [["--table", "a", "--max-objects", "9"]]
+    land(settings, "b", seed=2)
+    assert find() == [["--table", "b", "--max-objects", "9"]]
+    assert len(opened) == 1
