@@ -15,7 +15,8 @@ import pytest
 from cdclake.config.settings import Settings
 from cdclake.dev.workload import generate
 from cdclake.orchestration.apply_plan import DISCOVERY_SHARE, Discovery, discovery_fits, owner
-from cdclake.staging.stores import open_store
+from cdclake.staging import stores
+from cdclake.staging.local import LocalStaging
 from tests.support import make_settings, stage
 
 
@@ -138,9 +139,10 @@ def test_looks_share_one_staging_store(settings: Settings, monkeypatch: pytest.M
 
     def counting(s: Settings) -> Any:
         opened.append(s)
-        return open_store(s)
+        return LocalStaging(s.staging_dir)
 
     monkeypatch.setattr(apply_plan, "open_store", counting)
+    monkeypatch.setattr(stores, "open_store", counting)  # the catalog's listing, given no store
     find = Discovery(settings, taken=[], task=0, tasks=1, max_objects=9, clock=lambda: 0.0)
     land(settings, "a")
     assert find() == [["--table", "a", "--max-objects", "9"]]

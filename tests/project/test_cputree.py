@@ -11,12 +11,15 @@ import pytest
 from tests.bench import cputree
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
-# Burns 0.3 s in a child alive at the first snapshot, reaps it, then 0.5 s in one that starts and
-# ends between the snapshots; says when each part is done, then waits to be stopped.
+# A first child burns 0.3 s before the first snapshot and 0.3 s after it, and is reaped; then a
+# second burns 0.5 s, starting and ending between the snapshots. The parent says when each part
+# is done, then waits to be stopped.
 PARENT = f"""
 import subprocess, sys
-first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline()\\n" + {BURN.format(s=0.3)!r}],
-                         stdin=subprocess.PIPE)
+first = subprocess.Popen([sys.executable, "-c", {BURN.format(s=0.3)!r} + "print('burnt', flush=True)\\n"
+                          + "import sys; sys.stdin.readline()\\n" + {BURN.format(s=0.3)!r}],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+assert first.stdout.readline().strip() == b"burnt"
 print("started", flush=True)
 sys.stdin.readline()
 first.communicate(b"go\\n")
@@ -40,6 +43,7 @@ def test_a_window_counts_what_ended_in_it_and_each_second_once() -> None:
         spent = cputree.spent(before, cputree.snapshot({"c": parent.pid}))["c"]
         parent.stdin.write("stop\n")
         parent.stdin.flush()
-    # 0.8 s burnt in the window, plus one interpreter's start and the first child's end; counting
-    # the first child twice (alive, then reaped) or not at all would be 0.3 s off either way.
+    # 0.8 s burnt in the window, plus one interpreter's start and the first child's end. Leaving
+    # out the first child's 0.3 s before the window (it was alive then) would make it 1.1 s;
+    # leaving out what the reaped children burnt, about 0.
     assert 0.8 <= spent < 1.05, spent
