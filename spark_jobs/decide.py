@@ -199,9 +199,16 @@ def truncation(truncates: DataFrame, tombstones: DataFrame) -> tuple[list[int] |
     earlier run applied (its tombstone has no key); None: none. Events ordered before ``cut`` are
     gone (superseded by it); before ``prior``, late. One small job, its two values brought to the
     driver: as literals they cost the classification no join (a cross join with them took a
-    broadcast and two aggregation stages of their own, each a Spark job, in every run)."""
-    marks = with_order(tombstones).where(F.col(KEY).isNull())
-    row = truncates.agg(F.max(_order()).alias("cut")).crossJoin(marks.agg(F.max(_order()).alias("prior"))).first()
+    broadcast and two aggregation stages of their own, each a Spark job, in every run). Both
+    maxima come from one aggregate over the union of the two inputs, each row tagged with what it
+    is a candidate for: a cross join of two aggregates broadcast one of them, a job of its own."""
+    is_cut = F.col("_cut")
+    candidates = truncates.select(_order().alias("_o"), F.lit(True).alias("_cut")).unionByName(
+        with_order(tombstones).where(F.col(KEY).isNull()).select(_order().alias("_o"), F.lit(False).alias("_cut"))
+    )
+    row = candidates.agg(
+        F.max(F.when(is_cut, F.col("_o"))).alias("cut"), F.max(F.when(~is_cut, F.col("_o"))).alias("prior")
+    ).first()
     assert row is not None  # a global aggregate has one row
 
     def value(v: list[int] | None) -> list[int] | None:
@@ -285,9 +292,17 @@ def classify(
         # The batch is no small part of the table: shuffling the table's keys costs less than
         # collecting and broadcasting the batch's, twice (docs/benchmarks.md, "Apply", earlier rounds).
         cur_rows, tomb_rows = with_order(current), with_order(tombstones)
-    cur = cur_rows.select(F.col(KEY), F.expr(ordering()).alias("_row"))
-    # A key deleted in several runs has a tombstone per delete (appended): the newest counts.
-    tomb = tomb_rows.groupBy(KEY).agg(F.max(F.expr(ordering())).alias("_tomb"))
+    # The stored row and the newest tombstone of each key in one relation, joined once: two
+    # relations were two broadcasts (under static plans each a Spark job of its own). A key has
+    # at most one stored row; a key deleted in several runs has a tombstone per delete (appended),
+    # and the newest counts.
+    order, none = F.expr(ordering()), F.when(F.lit(False), F.expr(ordering()))  # a null of its type
+    stored = (
+        cur_rows.select(KEY, order.alias("_row"), none.alias("_tomb"))
+        .unionByName(tomb_rows.select(KEY, none.alias("_row"), order.alias("_tomb")))
+        .groupBy(KEY)
+        .agg(F.max("_row").alias("_row"), F.max("_tomb").alias("_tomb"))
+    )
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
     outcome = F.when(F.col(RANK) > 1, "superseded")
@@ -302,5 +317,5 @@ def classify(
         .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
         .otherwise("applied")
     )
-    joined = ranked.join(cur, KEY, "left").join(tomb, KEY, "left")
+    joined = ranked.join(stored, KEY, "left")
     return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb")

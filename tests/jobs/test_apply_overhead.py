@@ -103,8 +103,9 @@ def test_a_micro_batch_plans_statically_and_gives_the_session_back_its_setting(s
     newest = max(tracker.getJobIdsForGroup(), default=-1)
     assert apply_table(spark, settings, "static", 1000)["committed"]
     jobs = max(tracker.getJobIdsForGroup(), default=-1) - newest
-    # Measured: 26 with AQE on, 16 off, 13 with the TRUNCATE marks as literals, 12 with the seen ids collected.
-    assert jobs <= 12, jobs
+    # Measured: 26 with AQE on, 16 off, 13 with the TRUNCATE marks as literals, 12 with the seen ids collected,
+    # 10 with the marks from one aggregate and the stored rows and tombstones broadcast as one relation.
+    assert jobs <= 10, jobs
     assert spark.conf.get(ap.ADAPTIVE) == "true"
     assert not diff(expected_tables(w.batches)["static"], table_rows(spark, table_ident(settings, "static")))
 
