@@ -292,17 +292,26 @@ def classify(
         # The batch is no small part of the table: shuffling the table's keys costs less than
         # collecting and broadcasting the batch's, twice (docs/benchmarks.md, "Apply", earlier rounds).
         cur_rows, tomb_rows = with_order(current), with_order(tombstones)
-    # The stored row and the newest tombstone of each key in one relation, joined once: two
-    # relations were two broadcasts (under static plans each a Spark job of its own). A key has
-    # at most one stored row; a key deleted in several runs has a tombstone per delete (appended),
-    # and the newest counts.
-    order, none = F.expr(ordering()), F.when(F.lit(False), F.expr(ordering()))  # a null of its type
-    stored = (
-        cur_rows.select(KEY, order.alias("_row"), none.alias("_tomb"))
-        .unionByName(tomb_rows.select(KEY, none.alias("_row"), order.alias("_tomb")))
-        .groupBy(KEY)
-        .agg(F.max("_row").alias("_row"), F.max("_tomb").alias("_tomb"))
-    )
+    # A key deleted in several runs has a tombstone per delete (appended): the newest counts.
+    order = F.expr(ordering())
+    if narrow:
+        # The stored row and the newest tombstone of each of the batch's keys in one relation,
+        # joined once: two relations were two broadcasts (under static plans each a Spark job).
+        # A key has at most one stored row (the MERGE writes one per key).
+        none = F.when(F.lit(False), order)  # a null of the ordering's type
+        stored = (
+            cur_rows.select(KEY, order.alias("_row"), none.alias("_tomb"))
+            .unionByName(tomb_rows.select(KEY, none.alias("_row"), order.alias("_tomb")))
+            .groupBy(KEY)
+            .agg(F.max("_row").alias("_row"), F.max("_tomb").alias("_tomb"))
+        )
+        joined = ranked.join(stored, KEY, "left")
+    else:
+        # Here the stored rows are the whole table: grouping them (a max over a struct is a sort
+        # aggregate) or joining them with the tombstones first would sort or shuffle the table
+        # once more in a bulk apply; each is joined to the batch as it is.
+        tomb = tomb_rows.groupBy(KEY).agg(F.max(order).alias("_tomb"))
+        joined = ranked.join(cur_rows.select(KEY, order.alias("_row")), KEY, "left").join(tomb, KEY, "left")
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
     outcome = F.when(F.col(RANK) > 1, "superseded")
@@ -317,5 +326,4 @@ def classify(
         .when(tb.isNotNull() & (ev == tb) & row.isNull(), "duplicate")
         .otherwise("applied")
     )
-    joined = ranked.join(stored, KEY, "left")
     return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb")

@@ -173,7 +173,10 @@ def staged_ends(settings: Settings) -> int:
 # OFF proves that the readers' checks catch a half transaction; the checks are the same whatever
 # the source, so it runs on one (each case is ~2.5 minutes of a CI run on 2 cores).
 @pytest.mark.parametrize(
-    ("source", "mode"), [("postgres", "on"), ("postgres", "off"), ("mariadb", "on")], indirect=["source"]
+    ("source", "mode"),
+    [("postgres", "on"), ("postgres", "off"), ("mariadb", "on")],
+    indirect=["source"],
+    scope="module",  # else pytest scopes the indirect fixture per test: a database started per case
 )
 def test_readers_never_see_half_a_transaction(
     source: w.Source, mode: str, spark: Any, connect_url: str, spark_home: Path, tmp_path: Path,

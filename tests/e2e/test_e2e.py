@@ -22,11 +22,17 @@ from tests.support.rest import counter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark]
 TABLES = ("customers", "orders", "products")
+QUERY_WAIT_S = 600
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    with running_stack(tmp_path_factory.mktemp("e2e"), catalog_name="e2e", landing_grace_s=5) as s:
+    # The query server runs at nice 19 (the applies first): on a saturated CI machine a statement
+    # after a cancelled one took past the default 120 s (two CI runs on a loaded machine), so statements may
+    # take up to QUERY_WAIT_S. The timeouts the tests are about are given per statement.
+    with running_stack(
+        tmp_path_factory.mktemp("e2e"), catalog_name="e2e", landing_grace_s=5, query_timeout_s=QUERY_WAIT_S
+    ) as s:
         yield s
 
 
@@ -83,7 +89,7 @@ def test_query_api_answers_through_spark_connect(stack: LocalStack) -> None:
     interrupted at once, and the server goes on answering."""
     w = generate(events=800, seed=21)  # the batches the first test sent
     want = expected_tables(w.batches)["orders"]
-    with httpx.Client(base_url=stack.rest_url, timeout=120) as http:
+    with httpx.Client(base_url=stack.rest_url, timeout=QUERY_WAIT_S) as http:
 
         def q(status: int = 200, **body: Any) -> dict[str, Any]:
             r = http.post("/v1/query", json=body)
@@ -120,7 +126,7 @@ def test_query_api_answers_through_spark_connect(stack: LocalStack) -> None:
     while counter(stack.rest_url, "cdclake_queries_cancelled_total") < 1:
         assert time.monotonic() < deadline, "the abandoned statement was not interrupted"
         time.sleep(0.5)
-    with httpx.Client(base_url=stack.rest_url, timeout=120) as http:
+    with httpx.Client(base_url=stack.rest_url, timeout=QUERY_WAIT_S) as http:
         assert http.post("/v1/query", json={"sql": "SELECT count(*) FROM orders"}).json()["rows"] == [[len(want)]]
 
 
