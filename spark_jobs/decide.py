@@ -282,36 +282,7 @@ def classify(
     ``narrow`` (:func:`narrow_join`): look up only the batch's keys in the table and tombstones;
     else join them whole. The outcomes are the same.
     """
-    if narrow:
-        # Only the stored rows and tombstones of this batch's keys: a broadcast semi-join scans
-        # the table without shuffling it, so the cost grows with the table's scan, not its shuffle.
-        keys = F.broadcast(ranked.select(KEY).distinct())
-        cur_rows = with_order(current).join(keys, KEY, "left_semi")
-        tomb_rows = with_order(tombstones).join(keys, KEY, "left_semi")
-    else:
-        # The batch is no small part of the table: shuffling the table's keys costs less than
-        # collecting and broadcasting the batch's, twice (docs/benchmarks.md, "Apply", earlier rounds).
-        cur_rows, tomb_rows = with_order(current), with_order(tombstones)
-    # A key deleted in several runs has a tombstone per delete (appended): the newest counts.
-    order = F.expr(ordering())
-    if narrow:
-        # The stored row and the newest tombstone of each of the batch's keys in one relation,
-        # joined once: two relations were two broadcasts (under static plans each a Spark job).
-        # A key has at most one stored row (the MERGE writes one per key).
-        none = F.when(F.lit(False), order)  # a null of the ordering's type
-        stored = (
-            cur_rows.select(KEY, order.alias("_row"), none.alias("_tomb"))
-            .unionByName(tomb_rows.select(KEY, none.alias("_row"), order.alias("_tomb")))
-            .groupBy(KEY)
-            .agg(F.max("_row").alias("_row"), F.max("_tomb").alias("_tomb"))
-        )
-        joined = ranked.join(stored, KEY, "left")
-    else:
-        # Here the stored rows are the whole table: grouping them (a max over a struct is a sort
-        # aggregate) or joining them with the tombstones first would sort or shuffle the table
-        # once more in a bulk apply; each is joined to the batch as it is.
-        tomb = tomb_rows.groupBy(KEY).agg(F.max(order).alias("_tomb"))
-        joined = ranked.join(cur_rows.select(KEY, order.alias("_row")), KEY, "left").join(tomb, KEY, "left")
+    joined = with_stored(ranked, current, tombstones, narrow)
     ev = F.expr(ordering())
     row, tb = F.col("_row"), F.col("_tomb")
     outcome = F.when(F.col(RANK) > 1, "superseded")
@@ -327,3 +298,35 @@ def classify(
         .otherwise("applied")
     )
     return joined.withColumn(OUTCOME, outcome).drop("_row", "_tomb")
+
+
+def with_stored(ranked: DataFrame, current: DataFrame, tombstones: DataFrame, narrow: bool) -> DataFrame:
+    """``ranked`` with ``_row``, the ordering of its key's stored row, and ``_tomb``, of its key's
+    newest tombstone (null: none); ``narrow``: see :func:`classify`."""
+    # A key deleted in several runs has a tombstone per delete (appended): the newest counts.
+    order = F.expr(ordering())
+    if not narrow:
+        # The batch is no small part of the table: shuffling the table's keys costs less than
+        # collecting and broadcasting the batch's, twice (docs/benchmarks.md, "Apply", earlier
+        # rounds). Grouping the table's rows with the tombstones (a max over a struct is a sort
+        # aggregate) or joining them first would sort or shuffle the table once more.
+        tomb = with_order(tombstones).groupBy(KEY).agg(F.max(order).alias("_tomb"))
+        cur = with_order(current).select(KEY, order.alias("_row"))
+        return ranked.join(cur, KEY, "left").join(tomb, KEY, "left")
+    # Only the stored rows and tombstones of this batch's keys: a broadcast semi-join scans the
+    # table without shuffling it, so the cost grows with the table's scan, not its shuffle. Both
+    # are one relation, joined once: two were two broadcasts (under static plans each a Spark
+    # job). A key has at most one stored row (the MERGE writes one per key).
+    keys = F.broadcast(ranked.select(KEY).distinct())
+    none = F.when(F.lit(False), order)  # a null of the ordering's type
+    stored = (
+        with_order(current)
+        .join(keys, KEY, "left_semi")
+        .select(KEY, order.alias("_row"), none.alias("_tomb"))
+        .unionByName(
+            with_order(tombstones).join(keys, KEY, "left_semi").select(KEY, none.alias("_row"), order.alias("_tomb"))
+        )
+        .groupBy(KEY)
+        .agg(F.max("_row").alias("_row"), F.max("_tomb").alias("_tomb"))
+    )
+    return ranked.join(stored, KEY, "left")
