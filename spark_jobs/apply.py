@@ -55,7 +55,7 @@ from cdclake.lake.positions import greatest
 from cdclake.staging import stores
 from spark_jobs.audit import audit
 from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
-from spark_jobs.decide import Tally, account, decide, mark_seen, narrow_join, settle
+from spark_jobs.decide import IDS_AS_VALUES_AT_MOST, Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
 from spark_jobs.maintain import refresh_tables
@@ -198,13 +198,14 @@ def _stage_table(p: Pending, stage: Stage, result: dict[str, Any], crash_at: str
     limits = Limits.of(settings)
     options = load_table_config(settings).for_table(table)
     target = ensure_table(spark, ident, rows, options=options, limits=limits, defaults=declared, crash_at=crash_at)
-    fitted = fit(rows, target, limits, after)
+    small = p.events_at_most is not None and p.events_at_most <= IDS_AS_VALUES_AT_MOST
+    fitted = fit(rows, target, limits, after, ids=small)
     phases.end("fit")
     # The cache fit() made goes whatever happens next: a retried commit conflict runs the apply
     # again, and a long-lived Connect server would keep every failed attempt's cache.
     try:
         resumed = p.names if p.resumed else ()
-        marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted.rows, fitted.ranges, resumed, fitted.distinct)
+        marked, n_seen, n_seen_quarantined = mark_seen(p.run, fitted, resumed)
         phases.end("history")
 
         valid, quarantined, n_unresolved = settle(marked, fitted.unavailable, spark.table(ident))

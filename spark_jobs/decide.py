@@ -5,7 +5,7 @@ accounting every run must balance."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -51,15 +51,19 @@ SEEN_COLLECTED_AT_MOST = 100_000
 """A run of at most this many distinct events brings the ids of those an earlier run logged to the
 driver in one job; a bigger one checkpoints them (a job) and counts them (another)."""
 
+IDS_AS_VALUES_AT_MOST = 10_000
+"""A run staged with at most this many events (its receipts' bound) has :func:`spark_jobs.fit.fit`
+bring every event's id back in the pass it makes anyway; the history is then filtered by those
+values, where a join with the run's events broadcast them in a Spark job of its own."""
 
-def mark_seen(
-    run: Run, fitted: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str], distinct: int
-) -> tuple[DataFrame, int, int]:
-    """``fitted`` (``distinct`` events) with SEEN (:func:`logged_before`), how many events an
-    earlier run logged and how many of those fitting counted as quarantined."""
-    seen = logged_before(run, fitted, ranges, resumed)
+
+def mark_seen(run: Run, fitted: Fitted, resumed: Sequence[str]) -> tuple[DataFrame, int, int]:
+    """``fitted.rows`` with SEEN (:func:`logged_before`), how many events an earlier run logged
+    and how many of those fitting counted as quarantined."""
+    rows_in = fitted.rows
+    seen = logged_before(run, fitted, resumed)
     n_seen = 0
-    if seen is not None and distinct <= SEEN_COLLECTED_AT_MOST:
+    if seen is not None and fitted.distinct <= SEEN_COLLECTED_AT_MOST:
         # The seen events are some of the run's own, so ``distinct`` bounds what comes back; and
         # usually nothing does. Brought back as values, they are a local relation for the join.
         ids = seen.select(SOURCE, SEQ)
@@ -71,37 +75,35 @@ def mark_seen(
         seen = seen.localCheckpoint(eager=True)
         n_seen = seen.count()
     if seen is None or not n_seen:
-        return fitted.withColumn(SEEN, F.lit(False)), n_seen, 0
-    marked = fitted.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
-        *fitted.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
+        return rows_in.withColumn(SEEN, F.lit(False)), n_seen, 0
+    marked = rows_in.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
+        *rows_in.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
     )
     again = marked.where(F.col(SEEN)).agg(F.count(REASON).alias("quarantined")).first()
     assert again is not None
     return marked, n_seen, again["quarantined"]
 
 
-def logged_before(
-    run: Run, events: DataFrame, ranges: Sequence[tuple[str, int, int]], resumed: Sequence[str]
-) -> DataFrame | None:
-    """(SOURCE, SEQ, SEEN) of the ``events`` that ``__changes`` or ``__quarantine`` already hold:
-    an earlier run decided them (an event delivered again, e.g. re-sent under a new batch number),
-    so now they count as duplicates and are neither logged nor applied again. None: no history.
-    A quarantined event marked replayed is not among them: a replay lands it to be decided again
-    (and once in ``__changes``, a second replay of it is a duplicate).
+def logged_before(run: Run, fitted: Fitted, resumed: Sequence[str]) -> DataFrame | None:
+    """(SOURCE, SEQ, SEEN) of the fitted events that ``__changes`` or ``__quarantine`` already
+    hold: an earlier run decided them (an event delivered again, e.g. re-sent under a new batch
+    number), so now they count as duplicates and are neither logged nor applied again. None: no
+    history. A quarantined event marked replayed is not among them: a replay lands it to be
+    decided again (and once in ``__changes``, a second replay of it is a duplicate).
 
-    ``ranges`` (producer, lowest and highest sequence in this run) prune the history scan to the
-    data files whose column metrics can hold such events; this run's events are the broadcast
-    side (the history is the side that grows).
+    ``fitted.ranges`` (producer, lowest and highest sequence in this run) prune the history scan
+    to the data files whose column metrics can hold such events. Then the run's own ids pick its
+    events: as values when ``fitted.ids`` has them, else in a join whose broadcast side is this
+    run's events (the history is the side that grows).
     In the re-run of a crashed run (``resumed``: its objects), what the crashed attempt logged
     from those objects is this run's own decision, not an earlier one."""
+    ranges = fitted.ranges
     if len(ranges) <= 32:
-        window = reduce(
-            lambda a, b: a | b,
-            [(F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges],
-            F.lit(False),
-        )
+        window = _any((F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges)
     else:
         window = F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges))
+    if fitted.ids is not None:
+        window = window & _any((F.col(SOURCE) == s) & F.col(SEQ).isin(seqs) for s, seqs in fitted.ids.items())
     logged = []
     for suffix in (CHANGES, QUARANTINE):
         ident = run.ident(suffix)
@@ -118,13 +120,14 @@ def logged_before(
         logged.append(history.where(where).select(SOURCE, SEQ))
     if not logged:
         return None
-    ids = F.broadcast(events.select(SOURCE, SEQ))
-    return (
-        reduce(lambda a, b: a.unionByName(b), logged)
-        .join(ids, [SOURCE, SEQ], "left_semi")
-        .distinct()
-        .withColumn(SEEN, F.lit(True))
-    )
+    found = reduce(lambda a, b: a.unionByName(b), logged)
+    if fitted.ids is None:
+        found = found.join(F.broadcast(fitted.rows.select(SOURCE, SEQ)), [SOURCE, SEQ], "left_semi")
+    return found.distinct().withColumn(SEEN, F.lit(True))
+
+
+def _any(conditions: Iterable[Column]) -> Column:
+    return reduce(lambda a, b: a | b, conditions, F.lit(False))
 
 
 def settle(marked: DataFrame, unavailable: Sequence[str], stored: DataFrame) -> tuple[DataFrame, DataFrame, int]:

@@ -46,6 +46,7 @@ class Fitted:
     quarantined: int
     unavailable: list[str]  # columns holding a placeholder in some event
     ranges: list[tuple[str, int, int]]  # per producer: lowest and highest sequence
+    ids: dict[str, list[int]] | None  # per producer: every sequence (a small run's; None: not collected)
     cached: DataFrame  # ``rows``, or what they are derived from when corrupt events were explained
 
     def release(self) -> None:
@@ -54,8 +55,9 @@ class Fitted:
         self.cached.unpersist()
 
 
-def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType | None) -> Fitted:
-    """:func:`fit_to_table`, cached, and its counts; corrupt events explained only when there are any."""
+def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType | None, ids: bool = False) -> Fitted:
+    """:func:`fit_to_table`, cached, and its counts; corrupt events explained only when there are
+    any. ``ids``: the same pass also brings back every event's sequence (for a small run)."""
     # Cached with every column: which events the parser calls corrupt depends on the columns a
     # scan reads, so every later use must see this one parse.
     fitted = cached = fit_to_table(rows, target, limits).cache()
@@ -70,6 +72,7 @@ def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType |
             F.min(SEQ).alias("low"),
             F.max(SEQ).alias("high"),
             F.array_distinct(F.flatten(F.collect_set(KEEP))).alias("unavailable"),
+            *([F.collect_list(SEQ).alias("ids")] if ids else []),
         )
         .collect()
     )
@@ -89,6 +92,7 @@ def fit(rows: DataFrame, target: StructType, limits: Limits, after: StructType |
         quarantined=n_quarantined,
         unavailable=unavailable,
         ranges=[(r[SOURCE], r["low"], r["high"]) for r in per_source],
+        ids={r[SOURCE]: r["ids"] for r in per_source} if ids else None,
         cached=cached,
     )
 

@@ -485,13 +485,19 @@ def test_rich_workloads_with_a_crash_match_the_reference_with_quarantine(
 # reduced to a minimal case.
 
 
-@pytest.mark.parametrize("collected", [True, False], ids=["ids-collected", "ids-checkpointed"])
+@pytest.mark.parametrize(
+    ("as_values", "collected"),
+    [(True, True), (False, True), (False, False)],
+    ids=["run-ids-as-values", "ids-collected", "ids-checkpointed"],
+)
 def test_an_event_delivered_again_in_a_later_run_is_logged_once(
-    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch, collected: bool
+    spark: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch, as_values: bool, collected: bool
 ) -> None:
-    """Both ways the seen ids reach the join: as values (a small run) and checkpointed (a big one)."""
-    from spark_jobs import decide
+    """Each way the history is searched: the run's ids as values in its filter (a small run) or
+    joined with its events; and each way the seen ids reach the join: as values and checkpointed."""
+    from spark_jobs import apply, decide
 
+    monkeypatch.setattr(apply, "IDS_AS_VALUES_AT_MOST", 100 if as_values else 0)
     monkeypatch.setattr(decide, "SEEN_COLLECTED_AT_MOST", 100 if collected else 0)
     first = batch(1, ev(1, "INSERT", "1", {"v": 1}), ev(2, "UPDATE", "1", {"v": 2}))
     bad = batch(2, ev(3, "INSERT", "2", {"v": "abc"}))
