@@ -10,17 +10,29 @@ consumed. So the watermark is not a single position but ``low`` plus ``keys``:
 ``low`` only advances over names older than the landing grace (objects named that long ago are
 certainly visible), and only over a gap-free run of consumed names. Late objects therefore stay
 pending until applied, exactly once.
+
+Encoded (format 2), ``keys`` is one string: the sorted names, newline-joined, zlib-compressed,
+base64. A table keeps every snapshot's summary until expiry (5 days by default), and ``keys`` are
+every object landed in the last landing grace: as a JSON list (format 1, still read) they were
+~62 bytes a name, so each commit of a busy table added tens of KB to the table's metadata file,
+which every statement parses again (docs/benchmarks.md, "A compressed watermark").
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 SUMMARY_KEY = "cdclake.watermark"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+KEYS_DECODED_AT_MOST = 64 << 20
+"""Bytes the compressed ``keys`` may expand to (a million names is ~62 MB): a summary is data a
+catalog writer chose, so reading it never allocates without bound."""
 
 # A consistent publish (several tables in one catalog commit, whole source transactions only)
 # stamps every snapshot it publishes with the position of each source the tables are consistent
@@ -126,14 +138,31 @@ class Watermark:
         return Watermark(low, frozenset(n for n in self.keys | other.keys if n > low))
 
     def encode(self) -> str:
-        return json.dumps({"v": FORMAT_VERSION, "low": self.low, "keys": sorted(self.keys)}, separators=(",", ":"))
+        packed = zlib.compress("\n".join(sorted(self.keys)).encode(), 9)
+        keys = base64.b64encode(packed).decode("ascii")
+        return json.dumps({"v": FORMAT_VERSION, "low": self.low, "keys": keys}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> Watermark:
         data = json.loads(text)
-        if data.get("v") != FORMAT_VERSION:
-            raise ValueError(f"{SUMMARY_KEY}: unsupported format version {data.get('v')!r}")
-        return cls(str(data["low"]), frozenset(data["keys"]))
+        version = data.get("v")
+        if version == 1:
+            return cls(str(data["low"]), frozenset(data["keys"]))
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{SUMMARY_KEY}: unsupported format version {version!r}")
+        return cls(str(data["low"]), _unpack(data["keys"]))
+
+
+def _unpack(keys: str) -> frozenset[str]:
+    try:
+        inflate = zlib.decompressobj()
+        text = inflate.decompress(base64.b64decode(keys, validate=True), KEYS_DECODED_AT_MOST)
+    except (binascii.Error, zlib.error) as e:
+        raise ValueError(f"{SUMMARY_KEY}: keys are not base64 zlib data: {e}") from None
+    if inflate.unconsumed_tail:
+        raise ValueError(f"{SUMMARY_KEY}: keys expand past {KEYS_DECODED_AT_MOST} bytes")
+    names = text.decode()
+    return frozenset(names.split("\n")) if names else frozenset()
 
 
 S = TypeVar("S")
