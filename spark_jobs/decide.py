@@ -51,10 +51,12 @@ SEEN_COLLECTED_AT_MOST = 100_000
 """A run of at most this many distinct events brings the ids of those an earlier run logged to the
 driver in one job; a bigger one checkpoints them (a job) and counts them (another)."""
 
-IDS_AS_VALUES_AT_MOST = 10_000
+IDS_AS_VALUES_AT_MOST = 1_000
 """A run staged with at most this many events (its receipts' bound) has :func:`spark_jobs.fit.fit`
 bring every event's id back in the pass it makes anyway; the history is then filtered by those
-values, where a join with the run's events broadcast them in a Spark job of its own."""
+values, where a join with the run's events broadcast them in a Spark job of its own. A bigger run
+joins: its many literals cost the filter more than the job (docs/benchmarks.md, "A compressed
+watermark")."""
 
 
 def mark_seen(run: Run, fitted: Fitted, resumed: Sequence[str]) -> tuple[DataFrame, int, int]:
@@ -97,13 +99,7 @@ def logged_before(run: Run, fitted: Fitted, resumed: Sequence[str]) -> DataFrame
     run's events (the history is the side that grows).
     In the re-run of a crashed run (``resumed``: its objects), what the crashed attempt logged
     from those objects is this run's own decision, not an earlier one."""
-    ranges = fitted.ranges
-    if len(ranges) <= 32:
-        window = _any((F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges)
-    else:
-        window = F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges))
-    if fitted.ids is not None:
-        window = window & _any((F.col(SOURCE) == s) & F.col(SEQ).isin(seqs) for s, seqs in fitted.ids.items())
+    window, by_values = history_window(fitted.ranges, fitted.ids)
     logged = []
     for suffix in (CHANGES, QUARANTINE):
         ident = run.ident(suffix)
@@ -121,9 +117,25 @@ def logged_before(run: Run, fitted: Fitted, resumed: Sequence[str]) -> DataFrame
     if not logged:
         return None
     found = reduce(lambda a, b: a.unionByName(b), logged)
-    if fitted.ids is None:
+    if not by_values:
         found = found.join(F.broadcast(fitted.rows.select(SOURCE, SEQ)), [SOURCE, SEQ], "left_semi")
     return found.distinct().withColumn(SEEN, F.lit(True))
+
+
+PRODUCERS_IN_FILTER_AT_MOST = 32
+"""A run of more producers filters the history by one sequence range: a filter ORs one term per
+producer, and Spark Connect's protobuf decoder stops at 100 levels of nesting (47 producers)."""
+
+
+def history_window(ranges: Sequence[tuple[str, int, int]], ids: dict[str, list[int]] | None) -> tuple[Column, bool]:
+    """The filter on a history table that keeps what may be this run's events, and whether it
+    keeps exactly those (the run's ids as values) or needs a join with them."""
+    if len(ranges) > PRODUCERS_IN_FILTER_AT_MOST:
+        return F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges)), False
+    terms = [(F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges]
+    if ids is not None:
+        terms = [t & F.col(SEQ).isin(ids[s]) for t, (s, _, _) in zip(terms, ranges, strict=True)]
+    return _any(terms), ids is not None
 
 
 def _any(conditions: Iterable[Column]) -> Column:

@@ -13,9 +13,9 @@ pending until applied, exactly once.
 
 Encoded (format 2), ``keys`` is one string: the sorted names, newline-joined, zlib-compressed,
 base64. A table keeps every snapshot's summary until expiry (5 days by default), and ``keys`` are
-every object landed in the last landing grace: as a JSON list (format 1, still read) they were
-~62 bytes a name, so each commit of a busy table added tens of KB to the table's metadata file,
-which every statement parses again (docs/benchmarks.md, "A compressed watermark").
+every object landed in the last landing grace: as a JSON list (format 1, still read), each commit
+of a busy table added its whole list again to the table's metadata file, which every statement
+parses (docs/benchmarks.md, "A compressed watermark").
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import TypeVar
 SUMMARY_KEY = "cdclake.watermark"
 FORMAT_VERSION = 2
 KEYS_DECODED_AT_MOST = 64 << 20
-"""Bytes the compressed ``keys`` may expand to (a million names is ~62 MB): a summary is data a
-catalog writer chose, so reading it never allocates without bound."""
+"""Bytes the compressed ``keys`` may expand to, far more than a landing grace's names: a summary is
+data a catalog writer chose, so reading it never allocates without bound."""
 
 # A consistent publish (several tables in one catalog commit, whole source transactions only)
 # stamps every snapshot it publishes with the position of each source the tables are consistent
@@ -138,6 +138,8 @@ class Watermark:
         return Watermark(low, frozenset(n for n in self.keys | other.keys if n > low))
 
     def encode(self) -> str:
+        if any("\n" in k for k in self.keys):
+            raise ValueError(f"{SUMMARY_KEY}: a key holds a newline, the separator of the encoded keys")
         packed = zlib.compress("\n".join(sorted(self.keys)).encode(), 9)
         keys = base64.b64encode(packed).decode("ascii")
         return json.dumps({"v": FORMAT_VERSION, "low": self.low, "keys": keys}, separators=(",", ":"))
@@ -161,6 +163,9 @@ def _unpack(keys: str) -> frozenset[str]:
         raise ValueError(f"{SUMMARY_KEY}: keys are not base64 zlib data: {e}") from None
     if inflate.unconsumed_tail:
         raise ValueError(f"{SUMMARY_KEY}: keys expand past {KEYS_DECODED_AT_MOST} bytes")
+    if not inflate.eof or inflate.unused_data:
+        # A cut stream decodes to some of the names: the rest would look unconsumed, applied again.
+        raise ValueError(f"{SUMMARY_KEY}: keys are not one whole zlib stream")
     names = text.decode()
     return frozenset(names.split("\n")) if names else frozenset()
 

@@ -23,7 +23,7 @@ SUFFIX = ".ndjson"
 _NAME = re.compile(
     r"^(?P<day>\d{4}-\d{2}-\d{2})/(?P<hour>\d{2})/(?P<ms>\d{13})-(?P<seq>\d{20})-(?P<source>[A-Za-z0-9][A-Za-z0-9._-]*)"
     + re.escape(SUFFIX)
-    + "$"
+    + r"\Z"  # not "$": it also matches before a trailing newline, and a name is one line
 )
 
 

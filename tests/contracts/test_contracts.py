@@ -24,6 +24,7 @@ from cdclake.contracts.watermark import (
     totals_of,
 )
 from cdclake.lake.spark import catalog_conf
+from cdclake.staging.names import is_object_name
 
 
 def batch(**over: object) -> dict[str, object]:
@@ -151,11 +152,18 @@ def test_watermark_keys_are_compressed_and_format_1_is_still_read() -> None:
 
 def test_a_watermark_that_is_not_one_is_refused_not_expanded() -> None:
     bomb = base64.b64encode(zlib.compress(b"a" * (KEYS_DECODED_AT_MOST + 1))).decode()
-    for keys, says in ((bomb, "expand past"), ("not base64!", "not base64"), ("aGVsbG8=", "not base64 zlib")):
+    whole = zlib.compress("\n".join(f"name-{i}" for i in range(500)).encode())
+    cut, extra = (base64.b64encode(b).decode() for b in (whole[: len(whole) // 2], whole + b"junk"))
+    refused = [(bomb, "expand past"), ("not base64!", "not base64"), ("aGVsbG8=", "not base64 zlib")]
+    for keys, says in [*refused, (cut, "one whole zlib stream"), (extra, "one whole zlib stream")]:
         with pytest.raises(ValueError, match=says):
             Watermark.decode(json.dumps({"v": 2, "low": "", "keys": keys}))
     with pytest.raises(ValueError, match="unsupported format version 3"):
         Watermark.decode(json.dumps({"v": 3, "low": "", "keys": ""}))
+    with pytest.raises(ValueError, match="newline"):
+        Watermark("", frozenset({"a\nb"})).encode()
+    name = staging.object_name(1_795_946_450_000, 1, "s")
+    assert is_object_name(name) and not is_object_name(name + "\n")  # never a key
 
 
 def test_watermark_is_read_from_the_newest_snapshot_that_carries_one() -> None:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 from pyspark.storagelevel import StorageLevel
 
@@ -511,6 +512,25 @@ def test_an_event_delivered_again_in_a_later_run_is_logged_once(
     quarantine = event_ids(settings, "t" + QUARANTINE_SUFFIX)
     assert sorted(changes) == [("s", 1), ("s", 2)], "each distinct event once in the change history"
     assert quarantine == [("s", 3)], "each distinct event once in the quarantine"
+
+
+def test_the_history_filter_of_a_run_from_many_producers_is_a_plan_spark_connect_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The filter ORs a term per producer; Spark Connect's protobuf decoder refuses a plan nested
+    100 levels deep, so past PRODUCERS_IN_FILTER_AT_MOST producers it is one sequence range (and
+    the run's events are joined, not listed)."""
+    from spark_jobs.decide import PRODUCERS_IN_FILTER_AT_MOST, _any, history_window
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # Connect columns, built client-side
+    for n in (1, PRODUCERS_IN_FILTER_AT_MOST, PRODUCERS_IN_FILTER_AT_MOST + 1, 1000):
+        ranges = [(f"p{i}", 1, 10) for i in range(n)]
+        window, by_values = history_window(ranges, {f"p{i}": [1, 5, 10] for i in range(n)})
+        window._expr.to_plan(None)  # type: ignore[operator]
+        assert by_values == (n <= PRODUCERS_IN_FILTER_AT_MOST), n
+    deep = _any(F.col("s") == f"p{i}" for i in range(100))  # what the filter would be without the bound
+    with pytest.raises(Exception, match="Exceeded"):
+        deep._expr.to_plan(None)  # type: ignore[operator]
 
 
 def test_a_long_keeps_its_precision_in_a_run_that_also_has_fractions(spark: Any, settings: Settings) -> None:
