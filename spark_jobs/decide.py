@@ -124,7 +124,8 @@ def logged_before(run: Run, fitted: Fitted, resumed: Sequence[str]) -> DataFrame
 
 PRODUCERS_IN_FILTER_AT_MOST = 32
 """A run of more producers filters the history by one sequence range: a filter ORs one term per
-producer, and Spark Connect's protobuf decoder stops at 100 levels of nesting (47 producers)."""
+producer, and the Spark Connect client's protobuf copy of a plan stops at 100 levels of nesting
+(47 producers)."""
 
 
 def history_window(ranges: Sequence[tuple[str, int, int]], ids: dict[str, list[int]] | None) -> tuple[Column, bool]:
