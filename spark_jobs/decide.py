@@ -62,7 +62,6 @@ watermark")."""
 def mark_seen(run: Run, fitted: Fitted, resumed: Sequence[str]) -> tuple[DataFrame, int, int]:
     """``fitted.rows`` with SEEN (:func:`logged_before`), how many events an earlier run logged
     and how many of those fitting counted as quarantined."""
-    rows_in = fitted.rows
     seen = logged_before(run, fitted, resumed)
     n_seen = 0
     if seen is not None and fitted.distinct <= SEEN_COLLECTED_AT_MOST:
@@ -77,9 +76,9 @@ def mark_seen(run: Run, fitted: Fitted, resumed: Sequence[str]) -> tuple[DataFra
         seen = seen.localCheckpoint(eager=True)
         n_seen = seen.count()
     if seen is None or not n_seen:
-        return rows_in.withColumn(SEEN, F.lit(False)), n_seen, 0
-    marked = rows_in.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
-        *rows_in.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
+        return fitted.rows.withColumn(SEEN, F.lit(False)), n_seen, 0
+    marked = fitted.rows.join(F.broadcast(seen), [SOURCE, SEQ], "left").select(
+        *fitted.rows.columns, F.coalesce(F.col(SEEN), F.lit(False)).alias(SEEN)
     )
     again = marked.where(F.col(SEEN)).agg(F.count(REASON).alias("quarantined")).first()
     assert again is not None
@@ -133,10 +132,12 @@ def history_window(ranges: Sequence[tuple[str, int, int]], ids: dict[str, list[i
     keeps exactly those (the run's ids as values) or needs a join with them."""
     if len(ranges) > PRODUCERS_IN_FILTER_AT_MOST:
         return F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges)), False
-    terms = [(F.col(SOURCE) == s) & F.col(SEQ).between(lo, hi) for s, lo, hi in ranges]
-    if ids is not None:
-        terms = [t & F.col(SEQ).isin(ids[s]) for t, (s, _, _) in zip(terms, ranges, strict=True)]
-    return _any(terms), ids is not None
+
+    def term(source: str, lo: int, hi: int) -> Column:
+        t = (F.col(SOURCE) == source) & F.col(SEQ).between(lo, hi)
+        return t if ids is None else t & F.col(SEQ).isin(ids[source])
+
+    return _any(term(*r) for r in ranges), ids is not None
 
 
 def _any(conditions: Iterable[Column]) -> Column:
