@@ -18,6 +18,7 @@ from cdclake.config.expectations import Expectations
 from cdclake.config.tables import TableOptions
 from cdclake.lake.catalog import load_table
 from cdclake.lake.holds import Failure
+from spark_jobs.schema import any_of
 from spark_jobs.stage import Stage
 from spark_jobs.system import KEY
 
@@ -42,9 +43,7 @@ def _rows(table: str, df: DataFrame, expect: Expectations, key: tuple[str, ...])
     cols = columns if columns and len(columns) == len(key) else [KEY]
     measures: dict[str, Column] = {}
     if expect.key_not_null:
-        null = F.lit(False)
-        for c in cols:
-            null = null | F.col(f"`{c}`").isNull()
+        null = any_of([F.col(f"`{c}`").isNull() for c in cols])
         measures["key_not_null"] = F.sum(F.when(null, 1).otherwise(0))
     failures: list[Failure] = []
     for name, predicate in expect.checks.items():

@@ -5,7 +5,7 @@ accounting every run must balance."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from cdclake.contracts.history import REPLAYED_AT
 from spark_jobs.fit import Fitted
 from spark_jobs.pending import CHANGES, HISTORY_OBJECT, QUARANTINE, TOMBSTONES, Run
+from spark_jobs.schema import any_of
 from spark_jobs.system import (
     CORRUPT,
     KEY,
@@ -121,27 +122,15 @@ def logged_before(run: Run, fitted: Fitted, resumed: Sequence[str]) -> DataFrame
     return found.distinct().withColumn(SEEN, F.lit(True))
 
 
-PRODUCERS_IN_FILTER_AT_MOST = 32
-"""A run of more producers filters the history by one sequence range: a filter ORs one term per
-producer, and the Spark Connect client's protobuf copy of a plan stops at 100 levels of nesting
-(47 producers)."""
-
-
 def history_window(ranges: Sequence[tuple[str, int, int]], ids: dict[str, list[int]] | None) -> tuple[Column, bool]:
     """The filter on a history table that keeps what may be this run's events, and whether it
     keeps exactly those (the run's ids as values) or needs a join with them."""
-    if len(ranges) > PRODUCERS_IN_FILTER_AT_MOST:
-        return F.col(SEQ).between(min(r[1] for r in ranges), max(r[2] for r in ranges)), False
 
     def term(source: str, lo: int, hi: int) -> Column:
         t = (F.col(SOURCE) == source) & F.col(SEQ).between(lo, hi)
         return t if ids is None else t & F.col(SEQ).isin(ids[source])
 
-    return _any(term(*r) for r in ranges), ids is not None
-
-
-def _any(conditions: Iterable[Column]) -> Column:
-    return reduce(lambda a, b: a | b, conditions, F.lit(False))
+    return any_of([term(*r) for r in ranges]), ids is not None
 
 
 def settle(marked: DataFrame, unavailable: Sequence[str], stored: DataFrame) -> tuple[DataFrame, DataFrame, int]:

@@ -6,7 +6,6 @@ before the column existed get (:mod:`spark_jobs.backfill`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -14,7 +13,7 @@ from pyspark.sql.types import ArrayType, DataType, LongType, StringType, StructF
 
 from cdclake.contracts import coltypes
 from cdclake.contracts.names import fold
-from spark_jobs.schema import slots
+from spark_jobs.schema import any_of, slots
 
 FIELD = "columnTypes"
 DEFAULTS = "columnDefaults"
@@ -113,7 +112,7 @@ def _default_aggregates(staged: DataFrame, col: Column, keys: list[str], by_name
     order = F.coalesce(F.col("order"), F.array(F.col("sequence")))
     out = []
     for j, (name, idx) in enumerate(by_name.items()):
-        declares = reduce(lambda a, b: a | b, [col.getField(keys[i]).isNotNull() for i in idx])
+        declares = any_of([col.getField(keys[i]).isNotNull() for i in idx])
         given = spelled.get(name)
         default = F.coalesce(*[dcol.getField(k) for k in given]) if given else F.lit(None).cast("string")
         out += [

@@ -5,7 +5,6 @@ refused), and placeholders for unavailable values listed, to keep what is stored
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -18,7 +17,7 @@ from cdclake.contracts.names import Limits, fold, is_reserved
 from spark_jobs.columns import extra_values, not_added
 from spark_jobs.read import JSON_OPTIONS
 from spark_jobs.retyped import exact, read_as_text
-from spark_jobs.schema import conform
+from spark_jobs.schema import any_of, conform
 from spark_jobs.sqltext import col
 from spark_jobs.system import (
     CARRIED,
@@ -351,7 +350,7 @@ def _column_verdicts(
                     kept.append(F.when(_held(j), F.lit(text)))
         given.setdefault(t.name, []).append(value)
     values = {
-        name: F.when(reduce(lambda a, b: a | b, dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
+        name: F.when(any_of(dropped[name]), F.lit(None).cast(target[name].dataType)).otherwise(
             F.coalesce(col(name), *given[name])
         )
         for name in given

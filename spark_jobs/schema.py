@@ -134,11 +134,11 @@ def conform(col: Column, src: DataType, dst: DataType) -> tuple[Column, Column]:
             elif len(parts) == 1:
                 v, b = parts[0]
             else:
-                v, b = F.coalesce(*[p[0] for p in parts]), _any([p[1] for p in parts])
+                v, b = F.coalesce(*[p[0] for p in parts]), any_of([p[1] for p in parts])
             values.append(v.alias(f.name))
             bads.append(b)
         rebuilt = F.when(col.isNull(), F.lit(None).cast(dst)).otherwise(F.struct(*values))
-        return rebuilt, F.coalesce(_any(bads), F.lit(False))
+        return rebuilt, F.coalesce(any_of(bads), F.lit(False))
     if isinstance(src, ArrayType) and isinstance(dst, ArrayType):
         es, ed = src.elementType, dst.elementType
         value = F.transform(col, lambda x: conform(x, es, ed)[0])
@@ -151,11 +151,14 @@ def conform(col: Column, src: DataType, dst: DataType) -> tuple[Column, Column]:
     return cast, F.coalesce(bad, F.lit(True))
 
 
-def _any(bads: list[Column]) -> Column:
-    out = F.lit(False)
-    for b in bads:
-        out = out | b
-    return out
+def any_of(conditions: Sequence[Column]) -> Column:
+    """The OR of ``conditions`` (false for none) as a balanced tree. A chain nests a level per
+    term, and the Spark Connect client cannot build an expression nested about 50 calls deep:
+    an object of 50 fields was one (tests/jobs/test_semantics.py)."""
+    if len(conditions) <= 1:
+        return conditions[0] if conditions else F.lit(False)
+    half = len(conditions) // 2
+    return any_of(conditions[:half]) | any_of(conditions[half:])
 
 
 # ---------------------------------------------------------------- read types

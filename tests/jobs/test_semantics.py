@@ -11,6 +11,7 @@ import time
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -517,20 +518,34 @@ def test_an_event_delivered_again_in_a_later_run_is_logged_once(
 def test_the_history_filter_of_a_run_from_many_producers_is_a_plan_spark_connect_takes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The filter ORs a term per producer; Spark Connect's protobuf decoder refuses a plan nested
-    100 levels deep, so past PRODUCERS_IN_FILTER_AT_MOST producers it is one sequence range (and
-    the run's events are joined, not listed)."""
-    from spark_jobs.decide import PRODUCERS_IN_FILTER_AT_MOST, _any, history_window
+    """The filter ORs a term per producer; Spark Connect's client cannot build an expression
+    nested 100 protobuf levels deep, which a chain of ORs reaches at about 50 terms."""
+    from spark_jobs.decide import history_window
 
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # Connect columns, built client-side
-    for n in (1, PRODUCERS_IN_FILTER_AT_MOST, PRODUCERS_IN_FILTER_AT_MOST + 1, 1000):
+    for n in (1, 2, 47, 1000):
         ranges = [(f"p{i}", 1, 10) for i in range(n)]
         window, by_values = history_window(ranges, {f"p{i}": [1, 5, 10] for i in range(n)})
         window._expr.to_plan(None)  # type: ignore[operator]
-        assert by_values == (n <= PRODUCERS_IN_FILTER_AT_MOST), n
-    deep = _any(F.col("s") == f"p{i}" for i in range(100))  # what the filter would be without the bound
+        assert by_values, n
+    chain = reduce(lambda a, b: a | b, [F.col("s") == f"p{i}" for i in range(100)])  # the filter before
     with pytest.raises(Exception, match="Exceeded"):
-        deep._expr.to_plan(None)  # type: ignore[operator]
+        chain._expr.to_plan(None)  # type: ignore[operator]
+
+
+def test_a_wide_object_whose_types_differ_is_a_plan_spark_connect_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a value fits ORs a term per field (spark_jobs.schema.conform): as a chain, an
+    object of 50 fields was an expression the Connect client cannot build."""
+    from pyspark.sql.types import LongType, StringType, StructField
+
+    from spark_jobs.schema import conform
+
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    for n in (50, 1000):
+        dst = StructType([StructField(f"c{i}", LongType()) for i in range(n)])
+        src = StructType([*dst.fields[:-1], StructField(f"c{n - 1}", StringType())])
+        for column in conform(F.col("o"), src, dst):
+            column._expr.to_plan(None)  # type: ignore[operator]
 
 
 def test_a_long_keeps_its_precision_in_a_run_that_also_has_fractions(spark: Any, settings: Settings) -> None:
