@@ -58,7 +58,7 @@ from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import IDS_AS_VALUES_AT_MOST, Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
-from spark_jobs.maintain import refresh_tables
+from spark_jobs.maintain import refresh_tables, trim
 from spark_jobs.pending import SIDE_TABLES, Pending, list_table, pending_of
 from spark_jobs.read import drop_exact_duplicates, flatten, read_events
 from spark_jobs.retyped import needed
@@ -123,6 +123,11 @@ def apply_tables(
         stage.publish()
         holds.clear(stores.open_store(settings), tables)
         crash("after-commit", crash_at)
+        trimmed = trim(spark, settings, {t: p.snapshots for t, p in stage.published.items()})
+        for t, how in trimmed.items():
+            _say(f"{t}: {how['snapshots']} snapshots, trimmed in {how['seconds']} s {how.get('error', '')}")
+        if trimmed:
+            results[0]["trimmed"] = trimmed
     for result in results:
         # After the publish, as its own commit: a second write of the table cannot stage under the
         # run's id (it would not see the MERGE), and the backfill is safe to redo (spark_jobs.backfill).

@@ -15,7 +15,8 @@ so the apply job can always find where it stands.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -164,24 +165,7 @@ def expire(
         refresh_tables(spark, [full, full + TOMBSTONES_SUFFIX])
         if tombstones_older_than is not None and not dry_run:
             out["tombstones_expired"] = expire_tombstones(spark, settings, table, tombstones_older_than)
-        wm = watermark_snapshot(spark, full)
-        cutoff = older_than
-        if wm is not None:
-            # Snapshots older than the cutoff go; the watermark snapshot must not be one of them.
-            wm_time = wm[1].replace(tzinfo=UTC) if wm[1].tzinfo is None else wm[1]
-            cutoff = min(older_than.astimezone(UTC), wm_time)
-            out["watermark_snapshot"] = wm[0]
-        out["expire_older_than"] = cutoff.isoformat()
-        if not dry_run:
-            res = _retried(
-                f"expire_snapshots {table}",
-                lambda: _rows(
-                    spark,
-                    f"CALL {c}.system.expire_snapshots(table => {string_literal(ident)}, "
-                    f"older_than => TIMESTAMP '{_ts(cutoff)}', retain_last => {retain_last})",
-                ),
-            )
-            out["expired"] = res[0] if res else {}
+        out |= expire_snapshots(spark, settings, table, older_than, retain_last, dry_run)
         if orphans_older_than is not None:
             orphans = _rows(
                 spark,
@@ -189,6 +173,65 @@ def expire(
                 f"older_than => TIMESTAMP '{_ts(orphans_older_than)}', dry_run => {str(dry_run).lower()})",
             )
             out["orphan_files"] = [r["orphan_file_location"] for r in orphans]
+    return out
+
+
+def expire_snapshots(
+    spark: SparkSession, settings: Settings, table: str, older_than: datetime, retain_last: int, dry_run: bool = False
+) -> dict[str, Any]:
+    """expire_snapshots older than ``older_than``, keeping ``retain_last`` and the newest
+    watermark snapshot (the apply resumes from it); its caller holds the table's lock."""
+    c, ident = settings.catalog_name, f"{settings.namespace}.{table}"
+    out: dict[str, Any] = {}
+    wm = watermark_snapshot(spark, f"{c}.{ident}")
+    cutoff = older_than
+    if wm is not None:
+        # Snapshots older than the cutoff go; the watermark snapshot must not be one of them.
+        wm_time = wm[1].replace(tzinfo=UTC) if wm[1].tzinfo is None else wm[1]
+        cutoff = min(older_than.astimezone(UTC), wm_time)
+        out["watermark_snapshot"] = wm[0]
+    out["expire_older_than"] = cutoff.isoformat()
+    if not dry_run:
+        res = _retried(
+            f"expire_snapshots {table}",
+            lambda: _rows(
+                spark,
+                f"CALL {c}.system.expire_snapshots(table => {string_literal(ident)}, "
+                f"older_than => TIMESTAMP '{_ts(cutoff)}', retain_last => {retain_last})",
+            ),
+        )
+        out["expired"] = res[0] if res else {}
+    return out
+
+
+def trim(spark: SparkSession, settings: Settings, snapshots: Mapping[str, int]) -> dict[str, Any]:
+    """Each table of ``snapshots`` (name: how many it holds) holding more than
+    CDCLAKE_SNAPSHOTS_AT_MOST loses its oldest, down to half that, and at most that many at once:
+    a table an older cdclake let grow is trimmed over several runs, never in one long one. The
+    apply that committed calls this under its locks, so a busy table's metadata stays small
+    between the daily expiries (an apply's cost grows with it: docs/benchmarks.md, "Snapshots").
+    A failure is reported, never raised: the run's data is published, and the next trim or the
+    expiry tries again."""
+    at_most = settings.snapshots_at_most
+    out: dict[str, Any] = {}
+    for table, n in sorted(snapshots.items()):
+        if n <= at_most:
+            continue
+        full = f"{settings.catalog_name}.{settings.namespace}.{table}"
+        start = time.monotonic()
+        try:
+            refresh_tables(spark, [full])
+            # Strictly older than the oldest snapshot to keep: at most ``at_most`` of them go.
+            oldest_kept = min(n - at_most // 2, at_most)
+            cut = spark.sql(
+                f"SELECT committed_at FROM {full}.snapshots ORDER BY committed_at LIMIT 1 OFFSET {oldest_kept}"
+            ).collect()
+            older = cut[0][0].replace(tzinfo=UTC) if cut else datetime.now(UTC)
+            done = expire_snapshots(spark, settings, table, older, at_most // 2)
+            out[table] = {"snapshots": n, "expired": done.get("expired", {})}
+        except Exception as exc:
+            out[table] = {"snapshots": n, "error": str(exc)[:500]}
+        out[table]["seconds"] = round(time.monotonic() - start, 2)
     return out
 
 

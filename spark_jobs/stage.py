@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from cdclake.config.settings import Settings
 from cdclake.lake.catalog import load_table
-from cdclake.lake.publish import WAP_ENABLED, Move, publish_tables, staged_snapshot
+from cdclake.lake.publish import DELETE_AFTER_COMMIT, WAP_ENABLED, Move, Published, publish_tables, staged_snapshot
 from spark_jobs.sqltext import string_literal
 
 WAP_ID_CONF = "spark.wap.id"
@@ -41,6 +41,7 @@ class Stage:
     wap_id: str
     moves: dict[str, Move] = field(default_factory=dict)  # table name -> (staged snapshot, its main)
     properties: dict[str, str] = field(default_factory=dict)  # on every staged snapshot (source positions)
+    published: dict[str, Published] = field(default_factory=dict)  # by table name, once published
 
     @classmethod
     def for_run(cls, spark: SparkSession, settings: Settings, table: str) -> Stage:
@@ -56,9 +57,12 @@ class Stage:
         t = load_table(self.settings, name)
         if t is None:
             raise RuntimeError(f"{ident} does not exist")
-        if t.properties.get(WAP_ENABLED) != "true":
-            pair = f"{string_literal(WAP_ENABLED)}={string_literal('true')}"
-            self.spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pair})")
+        missing = {WAP_ENABLED: "true"} if t.properties.get(WAP_ENABLED) != "true" else {}
+        if DELETE_AFTER_COMMIT not in t.properties:  # a table made before cdclake set it (never one set off)
+            missing[DELETE_AFTER_COMMIT] = "true"
+        if missing:
+            pairs = ", ".join(f"{string_literal(k)}={string_literal(v)}" for k, v in missing.items())
+            self.spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pairs})")
         self.spark.conf.set(WAP_ID_CONF, self.wap_id)
         for k, v in self.properties.items():
             self.spark.conf.set(PROPERTY_PREFIX + k, v)
@@ -84,4 +88,4 @@ class Stage:
         """Every staged table's ``main`` to its snapshot, in one catalog commit (``only``: those
         tables alone, the test hook that leaves what an older cdclake left after a crash)."""
         moves = self.moves if only is None else {t: m for t, m in self.moves.items() if t in only}
-        publish_tables(self.settings, moves)
+        self.published = publish_tables(self.settings, moves)

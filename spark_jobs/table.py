@@ -12,6 +12,7 @@ from pyspark.sql.types import StructField, StructType
 
 from cdclake.config.tables import TableOptions, transform_column
 from cdclake.contracts.names import Limits, fold
+from cdclake.lake.publish import DELETE_AFTER_COMMIT
 from spark_jobs import backfill
 from spark_jobs.columns import plan_columns
 from spark_jobs.declared import Declared
@@ -23,11 +24,17 @@ PARTITION_PROPERTY = "cdclake.partition-by"  # the configured transforms already
 FORMAT_VERSION = "format-version"
 # Every table the apply writes stages its writes (spark_jobs.stage): write-audit-publish on.
 WAP = {"write.wap.enabled": "true"}
-TABLE_PROPERTIES = {FORMAT_VERSION: "2", **WAP}  # side tables: append-only, nothing for v3 to improve
+# Each commit writes a metadata file holding every snapshot; Iceberg keeps the files its log names
+# (write.metadata.previous-versions-max) and, with this, deletes the older ones at commit (the
+# publish too: cdclake.lake.publish.dropped; a table made before this gets it at its next staged
+# write, spark_jobs.stage). Without it they stay until the orphan clean-up, 72 h on
+# (docs/benchmarks.md, "Snapshots").
+CLEANUP = {DELETE_AFTER_COMMIT: "true"}
+TABLE_PROPERTIES = {FORMAT_VERSION: "2", **WAP, **CLEANUP}  # side tables: append-only, nothing for v3 to improve
 # A new CDC table is v3 unless its options say 2: its merge-on-read deletes become deletion
 # vectors, faster to apply and to read (tests/bench/deletes.py, docs/benchmarks.md, "Deletion vectors"). An
 # existing table keeps its version unless its options ask for a higher one.
-CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3", **WAP}
+CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3", **WAP, **CLEANUP}
 
 
 def ensure_table(

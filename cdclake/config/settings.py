@@ -372,6 +372,16 @@ class Settings:
         group=JOBS,
         minimum=1,
     )
+    snapshots_at_most: int = setting(
+        500,
+        doc=(
+            "Snapshots a table the apply writes keeps at most, whatever their age: past this, the apply "
+            "that committed expires its oldest (down to half, at most this many at once). Each commit "
+            "rewrites, and each apply reads, a metadata file that holds every snapshot."
+        ),
+        group=JOBS,
+        minimum=4,
+    )
     tombstone_retention_s: int = setting(
         7 * 24 * 3600,
         doc="How long a deleted key's ordering value is kept to stop late events resurrecting it.",

@@ -68,7 +68,8 @@ def at_position(meta: Mapping[str, Any], table: str, source: str, position: str)
     later = f" (its oldest is {newer})" if newer is not None else ""
     raise NoSnapshotAtPosition(
         f"{table} has no snapshot at or before position {position} of source {source}{later}: it was "
-        "not published by a consistent publish of that source then"
+        "not published by a consistent publish of that source then, or that snapshot has been expired "
+        "(CDCLAKE_SNAPSHOTS_AT_MOST, iceberg_expire)"
     )
 
 

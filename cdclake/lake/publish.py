@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cdclake.config.settings import Settings
 
@@ -48,6 +48,12 @@ WAP_ID = "wap.id"  # the summary property Iceberg gives a snapshot staged under 
 WAP_ENABLED = "write.wap.enabled"
 _KEEP_LOG = "write.metadata.previous-versions-max"
 _KEEP_LOG_DEFAULT = 100  # Iceberg's default for the property above
+DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
+
+
+class Published(NamedTuple):
+    location: str  # the table's new metadata file
+    snapshots: int  # how many snapshots it holds
 
 
 @dataclass(frozen=True)
@@ -56,14 +62,16 @@ class _Planned:
     old: str  # the metadata location the row must still hold
     new: str  # the location written here
     io: FileIO
+    snapshots: int
+    dropped: tuple[str, ...] = ()  # metadata files the new log no longer names, deleted once committed
 
 
-def publish_tables(settings: Settings, moves: Mapping[str, Move], **hooks: Any) -> dict[str, str]:
-    """:func:`publish` for tables of the settings' namespace, by name; their new locations by name."""
+def publish_tables(settings: Settings, moves: Mapping[str, Move], **hooks: Any) -> dict[str, Published]:
+    """:func:`publish` for tables of the settings' namespace, by name."""
     from cdclake.lake.catalog import open_catalog
 
     done = publish(open_catalog(settings), {(settings.namespace, t): m for t, m in moves.items()}, **hooks)
-    return {ident[1]: loc for ident, loc in done.items()}
+    return {ident[1]: p for ident, p in done.items()}
 
 
 def publish(
@@ -71,9 +79,9 @@ def publish(
     moves: Mapping[Identifier, Move],
     before_swap: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.time,
-) -> dict[Identifier, str]:
+) -> dict[Identifier, Published]:
     """Move each table's ``main`` to its staged snapshot, all tables or none; their new metadata
-    locations. ``before_swap`` runs between writing the files and the transaction (tests inject a
+    files. ``before_swap`` runs between writing the files and the transaction (tests inject a
     concurrent commit there)."""
     from pyiceberg.exceptions import CommitFailedException
 
@@ -89,7 +97,7 @@ def publish(
     try:
         for ident, move in moves.items():
             new = patched(metas[ident], current[ident], ident, move, now_ms)
-            written.append(_write(catalog, ident, current[ident], new))
+            written.append(_write(catalog, ident, current[ident], new, dropped(metas[ident], current[ident], new)))
         if before_swap is not None:
             before_swap()
         with _session(catalog) as session:
@@ -101,7 +109,23 @@ def publish(
         if not committing or isinstance(exc, CommitFailedException):
             _delete(written)
         raise
-    return {p.ident: p.new for p in written}
+    for p in written:
+        for gone in p.dropped:
+            # Committed: nothing may fail the publish now. One left behind is an orphan the clean-up removes.
+            with contextlib.suppress(Exception):
+                p.io.delete(gone)
+    return {p.ident: Published(p.new, p.snapshots) for p in written}
+
+
+def dropped(meta: Mapping[str, Any], old: str, new: Mapping[str, Any]) -> tuple[str, ...]:
+    """The metadata files that ``meta``'s log names and its successor ``new``'s does not (never
+    ``old``, ``meta``'s own file, which a reader may have just found in the catalog),
+    where the table asks for them to be deleted (``write.metadata.delete-after-commit.enabled``,
+    as Iceberg Java's commits do): else every commit's file stays until the orphan clean-up."""
+    if str((meta.get("properties") or {}).get(DELETE_AFTER_COMMIT, "false")).lower() != "true":
+        return ()
+    before = {e["metadata-file"] for e in meta.get("metadata-log", [])}
+    return tuple(sorted(before - {e["metadata-file"] for e in new.get("metadata-log", [])} - {old}))
 
 
 def staged_snapshot(table: Table, wap_id: str) -> Move | None:
@@ -145,7 +169,8 @@ def patched(meta: dict[str, Any], old: str, ident: Identifier, move: Move, now_m
         raise CommitFailedException(f"{name}: snapshot {sid} does not descend from main {expected}")
     refs = dict(meta.get("refs") or {})
     refs[MAIN] = {**refs.get(MAIN, {}), "snapshot-id": sid, "type": "branch"}
-    keep = int((meta.get("properties") or {}).get(_KEEP_LOG, _KEEP_LOG_DEFAULT))
+    # At least one, as Iceberg Java keeps: the file just replaced stays named (and undeleted).
+    keep = max(1, int((meta.get("properties") or {}).get(_KEEP_LOG, _KEEP_LOG_DEFAULT)))
     metadata_log = [*meta.get("metadata-log", []), {"timestamp-ms": meta["last-updated-ms"], "metadata-file": old}]
     # The snapshot's own time is when it became visible: the staged write's time is earlier than
     # its log entry, and a reader who travels to a snapshot's committed_at (`<t>.snapshots`,
@@ -158,7 +183,7 @@ def patched(meta: dict[str, Any], old: str, ident: Identifier, move: Move, now_m
         "current-snapshot-id": sid,
         "last-updated-ms": now_ms,
         "snapshot-log": [*meta.get("snapshot-log", []), {"timestamp-ms": now_ms, "snapshot-id": sid}],
-        "metadata-log": metadata_log[-keep:] if keep > 0 else [],
+        "metadata-log": metadata_log[-keep:],
     }
 
 
@@ -248,7 +273,9 @@ def _next_location(old: str) -> str:
     return f"{head}/{version:05d}-{uuid.uuid4()}{suffix}"
 
 
-def _write(catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any]) -> _Planned:
+def _write(
+    catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any], gone: tuple[str, ...] = ()
+) -> _Planned:
     from pyiceberg.table.metadata import TableMetadataUtil
 
     text = json.dumps(meta)
@@ -258,7 +285,7 @@ def _write(catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any
     with io.new_output(new).create(overwrite=False) as stream:
         raw = text.encode()
         stream.write(gzip.compress(raw) if new.endswith(".gz.metadata.json") else raw)
-    return _Planned(ident, old, new, io)
+    return _Planned(ident, old, new, io, len(meta.get("snapshots", [])), gone)
 
 
 def _delete(written: list[_Planned]) -> None:

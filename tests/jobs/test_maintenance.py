@@ -288,3 +288,45 @@ def test_a_compaction_where_with_a_dollar_brace_reaches_iceberg_as_written(spark
     finally:
         spark.conf.unset("cdclake.test.dollar")
     assert out["data_files"]["rewritten_data_files_count"] == 3  # the three files whose rows match
+
+
+def test_a_busy_table_keeps_at_most_its_snapshot_bound_and_its_watermark(
+    spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past CDCLAKE_SNAPSHOTS_AT_MOST the apply that committed expires the oldest down to half,
+    the side tables' too, and nothing applies twice after it. A failing trim is reported and the
+    run still commits; the next trim expires at most the bound's worth at once."""
+    settings = fresh_settings(spark_home, snapshots_at_most=4)
+    w = generate(events=220, seed=8, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=60)
+    ident = table_ident(settings, "orders")
+
+    def count(table: str) -> int:
+        return int(spark.sql(f"SELECT count(*) FROM {table}.snapshots").collect()[0][0])
+
+    def apply(b: dict[str, Any]) -> dict[str, Any]:
+        stage(settings, [b])
+        (r,) = apply_all(spark, settings)
+        assert r["committed"] is True
+        out: dict[str, Any] = r.get("trimmed", {}).get("orders", {})
+        return out
+
+    trims, most = 0, 0
+    for b in w.batches[:6]:
+        trimmed = apply(b)
+        assert "error" not in trimmed, trimmed
+        trims += bool(trimmed)
+        most = max(most, count(ident), count(ident + "__changes"))
+    assert trims >= 1 and most <= 4  # without the trim: one more per apply
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is False  # nothing pending, nothing applied twice
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the expiry failed")
+
+    with monkeypatch.context() as m:
+        m.setattr("spark_jobs.maintain.expire_snapshots", broken)
+        for b in w.batches[6:10]:
+            trimmed = apply(b)
+        assert "the expiry failed" in trimmed["error"] and count(ident) == 7
+    assert apply(w.batches[10])["snapshots"] == 8 and count(ident) == 4  # 4 expired, not 6
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))

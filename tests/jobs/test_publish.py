@@ -14,10 +14,20 @@ import pytest
 from pyiceberg.exceptions import CommitFailedException
 
 from cdclake.config.settings import Settings
+from cdclake.dev.reference import diff, expected_tables
+from cdclake.dev.workload import generate
 from cdclake.lake.catalog import load_table, open_catalog
-from cdclake.lake.publish import WAP_ENABLED, main_of, patched, publish_tables, staged_snapshot
+from cdclake.lake.publish import (
+    DELETE_AFTER_COMMIT,
+    WAP_ENABLED,
+    dropped,
+    main_of,
+    patched,
+    publish_tables,
+    staged_snapshot,
+)
 from cdclake.lake.spark import table_ident
-from tests.support import fresh_settings
+from tests.support import apply_all, fresh_settings, stage, table_rows
 
 Model = dict[int, str]
 
@@ -206,3 +216,48 @@ def test_the_patch_changes_only_what_a_ref_move_changes() -> None:
 def test_the_patch_refuses_a_changed_main_a_lost_or_unrelated_snapshot(move: tuple[int, int], why: str) -> None:
     with pytest.raises(CommitFailedException, match=why):
         patched(copy.deepcopy(META), "m1", ("ns", "a"), move, 2000)
+
+
+def test_a_publish_names_the_files_its_log_drops_only_where_the_table_asks() -> None:
+    log = [{"timestamp-ms": 700, "metadata-file": "m-1"}, *META["metadata-log"]]
+    meta = {**copy.deepcopy(META), "metadata-log": log}
+    new = patched(meta, "m1", ("ns", "a"), (2, 1), 2000)  # keeps one version: m1
+    assert dropped(meta, "m1", new) == ()  # the property unset: Iceberg's default keeps them
+    meta["properties"] = {**meta["properties"], DELETE_AFTER_COMMIT: "true"}
+    assert dropped(meta, "m1", new) == ("m-1", "m0")  # never m1, which the new log names
+    meta["properties"]["write.metadata.previous-versions-max"] = "0"  # Iceberg keeps one all the same
+    new = patched(meta, "m1", ("ns", "a"), (2, 1), 2000)
+    assert [e["metadata-file"] for e in new["metadata-log"]] == ["m1"] and dropped(meta, "m1", new) == ("m-1", "m0")
+
+
+@pytest.mark.spark
+def test_applies_keep_as_many_metadata_files_as_the_log_names(spark: Any, spark_home: Path) -> None:
+    """Every commit writes a metadata file (the staged write and the publish); with the cleanup
+    property cdclake gives its tables, the ones the log drops are deleted, Spark's commits and
+    the publish's alike. Without it (set off half way) they pile up."""
+    settings = fresh_settings(spark_home)
+    w = generate(events=180, seed=3, tables=("t",), batch_size=20, duplicate_every=0, keys_per_table=50)
+    ident = table_ident(settings, "t")
+    stage(settings, w.batches[:1])
+    apply_all(spark, settings)
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('write.metadata.previous-versions-max'='2')")
+    folder = Path(load_table(settings, "t").metadata_location.removeprefix("file:")).parent  # type: ignore[union-attr]
+
+    def files() -> int:
+        return len(list(folder.glob("*.metadata.json")))
+
+    for b in w.batches[1:4]:
+        stage(settings, [b])
+        apply_all(spark, settings)
+    assert files() <= 3  # the current file and the two its log names
+    spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('{DELETE_AFTER_COMMIT}'='false')")
+    before = files()
+    for b in w.batches[4:8]:
+        stage(settings, [b])
+        apply_all(spark, settings)
+    assert files() >= before + 2 * 4  # a staged write and a publish per apply, none deleted
+    spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('{DELETE_AFTER_COMMIT}')")  # as an older cdclake made it
+    stage(settings, w.batches[8:])
+    apply_all(spark, settings)
+    assert load_table(settings, "t").properties[DELETE_AFTER_COMMIT] == "true"  # type: ignore[union-attr]
+    assert not diff(expected_tables(w.batches)["t"], table_rows(spark, ident))
