@@ -116,13 +116,14 @@ def watermark_snapshot(spark: SparkSession, full_ident: str) -> tuple[int, datet
     # Spark reads the ancestry, so the walk sees the table as the session about to expire it does
     # (refreshed under the lock); the walk itself is the one in cdclake.contracts.watermark. A table
     # keeps few snapshots (this expiry), so collecting its ancestry is cheap.
+    # Milliseconds, not the timestamp: PySpark hands a timestamp over as naive local time.
     ancestry = spark.sql(
-        f"SELECT s.snapshot_id, s.committed_at, s.summary FROM {full_ident}.snapshots s "
+        f"SELECT s.snapshot_id, unix_millis(s.committed_at), s.summary FROM {full_ident}.snapshots s "
         f"JOIN {full_ident}.history h ON s.snapshot_id = h.snapshot_id "
         "WHERE h.is_current_ancestor ORDER BY s.committed_at DESC"
     ).collect()
     row = newest_carrying(ancestry, lambda r: r[2])
-    return (int(row[0]), row[1]) if row is not None else None
+    return (int(row[0]), datetime.fromtimestamp(row[1] / 1000, UTC)) if row is not None else None
 
 
 def _ts(value: datetime) -> str:
@@ -187,8 +188,7 @@ def expire_snapshots(
     cutoff = older_than
     if wm is not None:
         # Snapshots older than the cutoff go; the watermark snapshot must not be one of them.
-        wm_time = wm[1].replace(tzinfo=UTC) if wm[1].tzinfo is None else wm[1]
-        cutoff = min(older_than.astimezone(UTC), wm_time)
+        cutoff = min(older_than.astimezone(UTC), wm[1])
         out["watermark_snapshot"] = wm[0]
     out["expire_older_than"] = cutoff.isoformat()
     if not dry_run:
@@ -224,11 +224,15 @@ def trim(spark: SparkSession, settings: Settings, snapshots: Mapping[str, int]) 
             # Strictly older than the oldest snapshot to keep: at most ``at_most`` of them go.
             oldest_kept = min(n - at_most // 2, at_most)
             cut = spark.sql(
-                f"SELECT committed_at FROM {full}.snapshots ORDER BY committed_at LIMIT 1 OFFSET {oldest_kept}"
+                f"SELECT unix_millis(committed_at) FROM {full}.snapshots ORDER BY committed_at "
+                f"LIMIT 1 OFFSET {oldest_kept}"
             ).collect()
-            older = cut[0][0].replace(tzinfo=UTC) if cut else datetime.now(UTC)
-            done = expire_snapshots(spark, settings, table, older, at_most // 2)
-            out[table] = {"snapshots": n, "expired": done.get("expired", {})}
+            if not cut:  # fewer than counted (another expiry ran): nothing to do here
+                out[table] = {"snapshots": n, "expired": {}}
+            else:
+                older = datetime.fromtimestamp(cut[0][0] / 1000, UTC)
+                done = expire_snapshots(spark, settings, table, older, at_most // 2)
+                out[table] = {"snapshots": n, "expired": done.get("expired", {})}
         except Exception as exc:
             out[table] = {"snapshots": n, "error": str(exc)[:500]}
         out[table]["seconds"] = round(time.monotonic() - start, 2)

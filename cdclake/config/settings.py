@@ -375,9 +375,9 @@ class Settings:
     snapshots_at_most: int = setting(
         500,
         doc=(
-            "Snapshots a table the apply writes keeps at most, whatever their age: past this, the apply "
-            "that committed expires its oldest (down to half, at most this many at once). Each commit "
-            "rewrites, and each apply reads, a metadata file that holds every snapshot."
+            "Snapshots a table the apply writes may hold, whatever their age: past this, the apply "
+            "trims it after its commit (its oldest expire, down to half, at most this many at once). "
+            "Each commit rewrites, and each apply reads, a metadata file that holds every snapshot."
         ),
         group=JOBS,
         minimum=4,
