@@ -190,8 +190,6 @@ def measure(
     warm: int,
 ) -> list[dict[str, Any]]:
     """The applies, timed, on ``spark`` (whose driver JVM is ``jvm``)."""
-    from cdclake.dev.reference import diff, expected_tables, rows_by_key
-    from cdclake.lake.spark import table_ident
     from spark_jobs.apply import apply_table
     from tests.support import stage
 
@@ -219,11 +217,18 @@ def measure(
                 )
             out.append({"size": size, "applies": rows[1:]})
             print(f"[microbatch] {size} events: {[round(r['wall'], 2) for r in rows]} s", flush=True)
-    got = rows_by_key(spark.table(table_ident(settings, TABLE)).collect())
-    problems = diff(expected_tables(w.batches)[TABLE], got)
+    check(spark, settings, w.batches)
+    return out
+
+
+def check(spark: Any, settings: Any, batches: list[dict[str, Any]]) -> None:
+    """Exits unless the bench table is what the reference model makes of ``batches``."""
+    from cdclake.dev.reference import diff, expected_tables, rows_by_key
+    from cdclake.lake.spark import table_ident
+
+    problems = diff(expected_tables(batches)[TABLE], rows_by_key(spark.table(table_ident(settings, TABLE)).collect()))
     if problems:
         raise SystemExit(f"the table differs from the reference model: {problems[:3]}")
-    return out
 
 
 def report(results: list[dict[str, Any]]) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.apply import cpu_seconds
-from tests.bench.microbatch import TABLE, Stream, connect_server
+from tests.bench.microbatch import TABLE, Stream, check, connect_server
 
 EVENTS, OBJECTS = 30, 30
 
@@ -62,8 +62,6 @@ def grow(settings: Any, total: int) -> int:
 
 def run(sizes: list[int], applies: int, warm: int, at_most: int) -> list[dict[str, Any]]:
     from cdclake.config.settings import load
-    from cdclake.dev.reference import diff, expected_tables, rows_by_key
-    from cdclake.lake.spark import table_ident
     from spark_jobs.apply import apply_table
     from tests.support import stage
 
@@ -89,10 +87,7 @@ def run(sizes: list[int], applies: int, warm: int, at_most: int) -> list[dict[st
                 rows.append({"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0, "phases": r["phases"]})
             out.append({"size": size, "bytes": size_bytes, "applies": rows})
             print(f"[snapshots] {size}: {[round(r['wall'], 2) for r in rows]} s", flush=True)
-        got = rows_by_key(spark.table(table_ident(settings, TABLE)).collect())
-    problems = diff(expected_tables(w.batches)[TABLE], got)
-    if problems:
-        raise SystemExit(f"the table differs from the reference model: {problems[:3]}")
+        check(spark, settings, w.batches)
     return out
 
 
