@@ -37,6 +37,7 @@ from cdclake.config import private
 from cdclake.config.secretfile import create_private, read_or_create
 from cdclake.config.settings import PROJECT_ROOT, Settings
 from cdclake.dev import warmup
+from cdclake.lake import bootstrap
 from cdclake.lake.bootstrap import ADMIN_USER, AIRFLOW_USERS, AUTH_MANAGER, RECEIVER_USER, write_airflow_passwords
 from cdclake.lake.spark import connect_server_command, connect_server_env, connect_token
 from cdclake.orchestration.airflow_api import AirflowClient
@@ -81,8 +82,8 @@ class LocalStack:
         dags_paused: bool = False,
     ) -> None:
         """``receiver_ports``: more receiver replicas beside ``settings.receiver_port``, sharing
-        its staging store (each is stateless; receipts live in the store). ``dags_paused``: the
-        DAGs start paused (no scheduled or asset-triggered runs until unpaused)."""
+        its staging store (each is stateless; receipts live in the store). ``dags_paused``: DAGs start
+        paused, but for cdc_apply and cdc_freshness (``is_paused_upon_creation=False``: pause them)."""
         self.settings = settings
         self.receiver_ports = receiver_ports
         self.dags_paused = dags_paused
@@ -94,8 +95,6 @@ class LocalStack:
         self._log = log or sys.stdout
         self._client: AirflowClient | None = None
         self._env: dict[str, str] | None = None
-
-    # -------------------------------------------------------------- configuration
 
     def say(self, msg: str) -> None:
         print(f"[cdclake] {msg}", file=self._log, flush=True)
@@ -167,7 +166,7 @@ class LocalStack:
             **private.AIRFLOW_LOG_MODES,
             # Spark and Iceberg write the warehouse through Hadoop, which sets modes itself.
             "HADOOP_CONF_DIR": os.environ.get("HADOOP_CONF_DIR") or str(private.hadoop_conf_dir(s)),
-            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            **bootstrap.AIRFLOW_SCHEDULER,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": s.spark_master}),
             # The Connect server's clients (tasks, `cdclake sql`) send it; the server alone gets

@@ -42,6 +42,14 @@ AIRFLOW_USERS = f"{ADMIN_USER}:admin,{RECEIVER_USER}:{RECEIVER_ROLE}"
 """``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS``."""
 AUTH_MANAGER = "cdclake.orchestration.airflow_auth.CdclakeAuthManager"
 """``AIRFLOW__CORE__AUTH_MANAGER`` (a name, not an import: Airflow loads it in its own processes)."""
+AIRFLOW_SCHEDULER = {
+    "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+    # A dead scheduler's LocalExecutor takes its tasks with it; the next scheduler resets them at
+    # this check, once the dead one missed its heartbeats for 30 s. Airflow's 300 s left
+    # cdc_apply stalled 5 minutes behind such a task.
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
+}
+"""The scheduler's settings of the local stack; docker-compose.yaml sets the same."""
 
 
 def ensure_buckets(settings: Settings, say: Callable[[str], None]) -> None:

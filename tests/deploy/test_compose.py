@@ -639,3 +639,14 @@ def test_the_query_api_runs_on_a_server_of_its_own_with_no_catalog_login(monkeyp
     text = " ".join(jvm) + "".join(Path(p).read_text() for p in jvm[jvm.index("--properties-file") + 1 :][:1])
     assert ".jdbc." not in text and "jdbc:" not in text and "postgres" not in text
     assert opt(jvm, "--master").startswith("local[")
+
+
+def test_a_dead_schedulers_tasks_are_reset_as_soon_in_compose_as_in_the_local_stack() -> None:
+    """A SIGKILLed scheduler's running cdc_apply task waited Airflow's 300 s orphan check before
+    the restarted scheduler reset it (seen in tests/e2e/test_supervised_stack.py: the run stalled
+    5 minutes); both deployments check every 30 s."""
+    from cdclake.lake.bootstrap import AIRFLOW_SCHEDULER
+
+    key = "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL"
+    scheduler = env_of(services()["airflow-scheduler"])
+    assert float(scheduler[key]) == float(AIRFLOW_SCHEDULER[key]) <= 30
