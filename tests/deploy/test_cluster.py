@@ -69,8 +69,8 @@ def _send(urls: list[str], i: int, source: str, acked: list[dict[str, Any]], gat
 
 def test_receiver_replica_killed_under_load_loses_nothing_acked(cluster: Cluster, acked: list[dict[str, Any]]) -> None:
     stack = _stack(cluster)
-    # The DAGs start paused: this load waits for the next test, which kills a Spark worker while
-    # it is applied.
+    # cdc_apply is not paused (is_paused_upon_creation=False): it may apply some of this load on
+    # the receivers' Asset events; the next test kills a Spark worker while it applies the rest.
     urls = stack.receiver_urls
     assert len(urls) == 2
     producers: dict[str, Producer] = {}
