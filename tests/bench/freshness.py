@@ -19,6 +19,7 @@ Each mode is one fresh stack, measured side by side in the same run:
   (auto: one on local[2]);
 * ``-tasksN`` (e.g. ``connect-tasks3``, one task per table): ``CDCLAKE_APPLY_TASKS=N``;
 * ``-nodrain`` (e.g. ``connect-tasks3-nodrain``): ``CDCLAKE_APPLY_DRAIN_S=0``, one pass per DAG run;
+* ``-drainS`` (e.g. ``connect-drain30``): ``CDCLAKE_APPLY_DRAIN_S=S``, a handover to the next run every S s;
 * ``submit``: one ``spark-submit`` (a fresh driver JVM) per task, draining.
 
 ``--sparse-every S``: a fourth table gets a batch of 5 events every S seconds from 30 s into the
@@ -244,8 +245,10 @@ def run_mode(
         airflow_port=free_port(),
         spark_connect_url=url,
         query_spark_connect_url="",  # no queries here: no query server
-        # "-nodrain": one pass per DAG run, as before CDCLAKE_APPLY_DRAIN_S (the baseline).
+        # "-nodrain": one pass per DAG run, as before CDCLAKE_APPLY_DRAIN_S (the baseline); "-drainS":
+        # CDCLAKE_APPLY_DRAIN_S=S (how often a draining task hands over to the next DAG run).
         **({"apply_drain_s": 0} if mode.endswith("-nodrain") else {}),
+        **({"apply_drain_s": int(m.group(1))} if (m := re.search(r"-drain(\d+)", mode)) else {}),
         # "-tasksN": the tables in N apply tasks (CDCLAKE_APPLY_TASKS), each applying its group in turn.
         **({"apply_tasks": int(m.group(1))} if (m := re.search(r"-tasks(\d+)", mode)) else {}),
         # No producer here is rate limited: the benchmark sets the rate.
