@@ -642,8 +642,8 @@ def test_the_query_api_runs_on_a_server_of_its_own_with_no_catalog_login(monkeyp
 
 
 def test_a_dead_schedulers_tasks_are_reset_as_soon_in_compose_as_in_the_local_stack() -> None:
-    """A SIGKILLed scheduler's running cdc_apply task waited Airflow's 300 s orphan check before
-    the restarted scheduler reset it (seen in tests/e2e/test_supervised_stack.py: the run stalled
+    """The cdc_apply task a SIGKILLed scheduler had queued waited for Airflow's 300 s orphan check
+    before the restarted scheduler reset it (seen in tests/e2e/test_supervised_stack.py: the run stalled
     5 minutes); both deployments check every 30 s."""
     from cdclake.lake.bootstrap import AIRFLOW_SCHEDULER
 
