@@ -45,8 +45,8 @@ def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
     cfg = tmp_path / "tables.toml"
     cfg.write_text('[defaults]\nmerge_mode = "merge-on-read"\n')  # updates leave delete files
     settings = fresh_settings(spark_home, table_config=cfg)
-    # 12 applies leave 12 data files and delete files: what compaction has to merge. More applies
-    # only lengthen the test (50 took ~160 s of a CI run); the scan-time effect is the bench's.
+    # 12 applies leave the data files and delete files asserted below for compaction to merge.
+    # More applies only lengthen the test (50 took ~160 s of a CI run); the scan-time effect is the bench's.
     batches = many_small_applies(spark, settings)
     before = table_health(settings, "orders")
     assert before is not None and before.data_files >= 5 and before.delete_files > 0
