@@ -1,5 +1,5 @@
 # The two front-door commands are `make demo` and `make test`; each sets up what is missing first.
-.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc docs sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-snapshots bench-consistency bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
+.PHONY: setup demo up test test-fast test-hostile lint lock settings-doc docs sql clean-state bench bench-receiver bench-freshness bench-microbatch bench-snapshots bench-manifests bench-consistency bench-compaction bench-deletes bench-rest bench-scale bench-query bench-query-load bench-subscribe
 
 PY := .venv/bin/python
 
@@ -77,6 +77,10 @@ bench-microbatch: setup
 # One small apply as the table's snapshots grow to 500, 2,000, 5,000 (copies): `make bench-snapshots ARGS="--at-most 100000"`
 bench-snapshots: setup
 	@$(PY) -m tests.bench.snapshots $(ARGS)
+
+# A table applied pass after pass, its manifests merged every 10 commits vs Iceberg's 100: `make bench-manifests`
+bench-manifests: setup
+	@$(PY) -m tests.bench.manifests $(ARGS)
 
 # Three tables' source transactions, one publish per micro-batch (consistent) vs a publish per table: `make bench-consistency`
 bench-consistency: setup

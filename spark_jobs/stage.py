@@ -27,8 +27,9 @@ from pyspark.sql import SparkSession
 
 from cdclake.config.settings import Settings
 from cdclake.lake.catalog import load_table
-from cdclake.lake.publish import DELETE_AFTER_COMMIT, WAP_ENABLED, Move, Published, publish_tables, staged_snapshot
+from cdclake.lake.publish import WAP_ENABLED, Move, Published, publish_tables, staged_snapshot
 from spark_jobs.sqltext import string_literal
+from spark_jobs.table import UNLESS_SET
 
 WAP_ID_CONF = "spark.wap.id"
 PROPERTY_PREFIX = "spark.sql.iceberg.snapshot-property."  # a session conf: a property of the next commit
@@ -58,8 +59,7 @@ class Stage:
         if t is None:
             raise RuntimeError(f"{ident} does not exist")
         missing = {WAP_ENABLED: "true"} if t.properties.get(WAP_ENABLED) != "true" else {}
-        if DELETE_AFTER_COMMIT not in t.properties:  # a table made before cdclake set it (never one set off)
-            missing[DELETE_AFTER_COMMIT] = "true"
+        missing |= {k: v for k, v in UNLESS_SET.items() if k not in t.properties}  # an older cdclake's table
         if missing:
             pairs = ", ".join(f"{string_literal(k)}={string_literal(v)}" for k, v in missing.items())
             self.spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ({pairs})")

@@ -30,11 +30,21 @@ WAP = {"write.wap.enabled": "true"}
 # write, spark_jobs.stage). Without it they stay until the orphan clean-up, 72 h on
 # (docs/benchmarks.md, "Snapshots").
 CLEANUP = {DELETE_AFTER_COMMIT: "true"}
-TABLE_PROPERTIES = {FORMAT_VERSION: "2", **WAP, **CLEANUP}  # side tables: append-only, nothing for v3 to improve
+# Every apply adds a manifest (a MERGE also a delete manifest) to each table it writes, and every
+# scan of the table plans over all of them: the classification, the history lookup and the MERGE
+# of a table applied pass after pass slowed with each commit until Iceberg merged them, at its
+# default of 100 (docs/benchmarks.md, "Manifests of a busy table"). Merged every 10, the next
+# merge rewrites a few small manifests, and a pass stays as fast as just after a merge.
+MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
+MERGE_MANIFESTS = {MIN_COUNT_TO_MERGE: "10"}
+UNLESS_SET = {**CLEANUP, **MERGE_MANIFESTS}
+"""Given to every table the apply writes unless it has them: at creation, and to a table an older
+cdclake made at its next staged write (:mod:`spark_jobs.stage`); a value set on purpose is kept."""
+TABLE_PROPERTIES = {FORMAT_VERSION: "2", **WAP, **UNLESS_SET}  # side tables: append-only, nothing for v3 to improve
 # A new CDC table is v3 unless its options say 2: its merge-on-read deletes become deletion
 # vectors, faster to apply and to read (tests/bench/deletes.py, docs/benchmarks.md, "Deletion vectors"). An
 # existing table keeps its version unless its options ask for a higher one.
-CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3", **WAP, **CLEANUP}
+CDC_TABLE_PROPERTIES = {FORMAT_VERSION: "3", **WAP, **UNLESS_SET}
 
 
 def ensure_table(

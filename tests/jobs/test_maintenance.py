@@ -12,17 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.manifest import ManifestContent
 
 from cdclake import staging
 from cdclake.config.settings import Settings
 from cdclake.dev.reference import diff, expected_tables
 from cdclake.dev.workload import generate
 from cdclake.lake import locks
-from cdclake.lake.catalog import table_watermark
+from cdclake.lake.catalog import load_table, table_watermark
 from cdclake.lake.cleanup import clean_staging
 from cdclake.lake.health import compaction_candidates, table_health
 from cdclake.lake.spark import table_ident
 from spark_jobs.maintain import compact, expire
+from spark_jobs.table import MERGE_MANIFESTS, MIN_COUNT_TO_MERGE
 from tests.support import apply_all, fresh_settings, stage, table_rows
 
 pytestmark = pytest.mark.spark
@@ -50,6 +52,14 @@ def test_compaction_after_many_small_applies_leaves_one_file_and_the_same_rows(
     batches = many_small_applies(spark, settings)
     before = table_health(settings, "orders")
     assert before is not None and before.data_files >= 5 and before.delete_files > 0
+    # Each apply added a data manifest and a delete manifest: merged by now, at cdclake's count
+    # (spark_jobs.table.MERGE_MANIFESTS), not left to pile up to Iceberg's default of 100.
+    table = load_table(settings, "orders")
+    assert table is not None and table.current_snapshot() is not None
+    manifests = table.current_snapshot().manifests(table.io)  # type: ignore[union-attr]
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    at = int(MERGE_MANIFESTS[MIN_COUNT_TO_MERGE])
+    assert at < 12 and len(data) < at and len(manifests) - len(data) < at, [m.manifest_path for m in manifests]
     assert "orders" in compaction_candidates(settings, min_files=5)
     wm = table_watermark(settings, "orders")
     ident = table_ident(settings, "orders")

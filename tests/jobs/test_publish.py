@@ -27,6 +27,7 @@ from cdclake.lake.publish import (
     staged_snapshot,
 )
 from cdclake.lake.spark import table_ident
+from spark_jobs.table import MERGE_MANIFESTS, MIN_COUNT_TO_MERGE
 from tests.support import apply_all, fresh_settings, stage, table_rows
 
 Model = dict[int, str]
@@ -256,8 +257,11 @@ def test_applies_keep_as_many_metadata_files_as_the_log_names(spark: Any, spark_
         stage(settings, [b])
         apply_all(spark, settings)
     assert files() >= before + 2 * 4  # a staged write and a publish per apply, none deleted
-    spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('{DELETE_AFTER_COMMIT}')")  # as an older cdclake made it
+    # As an older cdclake made it: neither property. The next staged write gives it both.
+    spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('{DELETE_AFTER_COMMIT}', '{MIN_COUNT_TO_MERGE}')")
+    assert MIN_COUNT_TO_MERGE not in load_table(settings, "t").properties  # type: ignore[union-attr]
     stage(settings, w.batches[8:])
     apply_all(spark, settings)
-    assert load_table(settings, "t").properties[DELETE_AFTER_COMMIT] == "true"  # type: ignore[union-attr]
+    props = load_table(settings, "t").properties  # type: ignore[union-attr]
+    assert props[DELETE_AFTER_COMMIT] == "true" and props[MIN_COUNT_TO_MERGE] == MERGE_MANIFESTS[MIN_COUNT_TO_MERGE]
     assert not diff(expected_tables(w.batches)["t"], table_rows(spark, ident))
