@@ -33,8 +33,9 @@ CLEANUP = {DELETE_AFTER_COMMIT: "true"}
 # Every apply adds a manifest (a MERGE also a delete manifest) to each table it writes, and every
 # scan of the table plans over all of them: the classification, the history lookup and the MERGE
 # of a table applied pass after pass slowed with each commit until Iceberg merged them, at its
-# default of 100 (docs/benchmarks.md, "Manifests of a busy table"). Merged every 10, the next
-# merge rewrites a few small manifests, and a pass stays as fast as just after a merge.
+# default of 100 (docs/benchmarks.md, "Manifests of a busy table"). Merged every 10, a pass stays
+# about as fast as just after a merge; each merge rewrites the merged manifest with the new ones
+# (it lists the table's files, which compaction keeps few).
 MIN_COUNT_TO_MERGE = "commit.manifest.min-count-to-merge"
 MERGE_MANIFESTS = {MIN_COUNT_TO_MERGE: "10"}
 UNLESS_SET = {**CLEANUP, **MERGE_MANIFESTS}
