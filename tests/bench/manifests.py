@@ -8,9 +8,9 @@ session (the default stack's apply), each in a namespace and staging folder of i
 same micro-batches (the project's workload generator over 20,000 keys; which table goes first
 alternates): one as cdclake makes it (:data:`spark_jobs.table.MERGE_MANIFESTS`), the baseline's
 tables (the table and its side tables) created with the property at ``--baseline`` (Iceberg's
-default: 100). Reported per block of 10
-applies: wall seconds and the phases that scan the tables; over all the applies: wall and CPU
-seconds (this process, the Connect server) and the ratio; and each table's manifests at the end.
+default: 100). Reported per block of 10 applies: wall seconds and the phases that scan the
+tables; over all the applies: wall and CPU seconds (this process, the Connect server) and the
+ratio; and each table's manifests at the end.
 Both tables are checked against the reference model.
 """
 
@@ -59,12 +59,14 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
     from cdclake.lake.catalog import load_table
     from cdclake.lake.spark import table_ident
     from spark_jobs.apply import apply_table
+    from spark_jobs.pending import SIDE_TABLES
     from tests.support import fresh_settings, make_settings, stage, table_rows
 
     home = Path(tempfile.mkdtemp(prefix="cdclake-manifests-"))
     base = make_settings(home)
     os.environ.update(base.as_env())
     modes = {"cdclake": fresh_settings(home), f"merge at {baseline}": fresh_settings(home)}
+    counts = {"cdclake": None, f"merge at {baseline}": baseline}  # None: cdclake's own
     streams = {m: Stream() for m in modes}
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     manifests: dict[str, str] = {}
@@ -72,13 +74,13 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
         for m, s in modes.items():
             spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {s.catalog_name}.{s.namespace}")
             stage(s, streams[m].next(BASE_ROWS, BASE_ROWS // 10, seed=0))
-            with merged_at(baseline if m != "cdclake" else None):
+            with merged_at(counts[m]):
                 apply_table(spark, s, TABLE, 1000)
         for i in range(applies):
             for m in list(modes) if i % 2 == 0 else list(modes)[::-1]:
                 stage(modes[m], streams[m].next(events, max(1, events // objects), seed=10_000 + i))
                 t0, c0 = time.perf_counter(), cpu_seconds()
-                with merged_at(baseline if m != "cdclake" else None):
+                with merged_at(counts[m]):
                     r = apply_table(spark, modes[m], TABLE, 1000)
                 rows[m].append({"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0, "phases": r["phases"]})
             if i % BLOCK == BLOCK - 1:
@@ -88,7 +90,7 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
             if problems:
                 raise SystemExit(f"{m}: the table differs from the reference model: {problems[:3]}")
             found = []
-            for name in (TABLE, f"{TABLE}__changes", f"{TABLE}__tombstones"):
+            for name in (TABLE, *(TABLE + suffix for suffix in SIDE_TABLES)):
                 t = load_table(s, name)
                 snap = t.current_snapshot() if t is not None else None
                 if t is not None and snap is not None:
