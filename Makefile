@@ -78,7 +78,7 @@ bench-microbatch: setup
 bench-snapshots: setup
 	@$(PY) -m tests.bench.snapshots $(ARGS)
 
-# A table applied pass after pass, its manifests merged every 10 commits vs Iceberg's 100: `make bench-manifests`
+# A table applied pass after pass: manifests merged every 10 commits vs Iceberg's 100, or (--small-files) with vs without the apply's compaction of small files: `make bench-manifests`
 bench-manifests: setup
 	@$(PY) -m tests.bench.manifests $(ARGS)
 

@@ -58,7 +58,7 @@ from spark_jobs.commit import Commit, commit_table, fill_defaults, log_decisions
 from spark_jobs.decide import IDS_AS_VALUES_AT_MOST, Tally, account, decide, mark_seen, narrow_join, settle
 from spark_jobs.fit import fit, mark_unavailable
 from spark_jobs.job import report, run_main, with_retries
-from spark_jobs.maintain import refresh_tables, trim
+from spark_jobs.maintain import refresh_tables, tidy, trim
 from spark_jobs.pending import SIDE_TABLES, Pending, list_table, pending_of
 from spark_jobs.read import drop_exact_duplicates, flatten, read_events
 from spark_jobs.retyped import needed
@@ -123,11 +123,7 @@ def apply_tables(
         stage.publish()
         holds.clear(stores.open_store(settings), tables)
         crash("after-commit", crash_at)
-        trimmed = trim(spark, settings, {t: p.snapshots for t, p in stage.published.items()})
-        for t, how in trimmed.items():
-            _say(f"{t}: {how['snapshots']} snapshots, trimmed in {how['seconds']} s {how.get('error', '')}")
-        if trimmed:
-            results[0]["trimmed"] = trimmed
+        _upkeep(spark, settings, stage, results[0])
     for result in results:
         # After the publish, as its own commit: a second write of the table cannot stage under the
         # run's id (it would not see the MERGE), and the backfill is safe to redo (spark_jobs.backfill).
@@ -137,6 +133,20 @@ def apply_tables(
         results[0]["together"] = list(tables)
         results[0]["held"] = dict(list(choice.held.items())[:MAX_HELD_SHOWN])
     return results
+
+
+def _upkeep(spark: SparkSession, settings: Settings, stage: Stage, result: dict[str, Any]) -> None:
+    """After the publish, under the run's locks: each published table past its bounds trimmed
+    (snapshots) and tidied (small files); what was done goes in ``result``."""
+    published = stage.published
+    for key, done, count in (
+        ("trimmed", trim(spark, settings, {t: p.snapshots for t, p in published.items()}), "snapshots"),
+        ("tidied", tidy(spark, settings, {t: p.small_files for t, p in published.items()}), "small_files"),
+    ):
+        for t, how in done.items():
+            _say(f"{t}: {how[count]} {count.replace('_', ' ')}, {key} in {how['seconds']} s {how.get('error', '')}")
+        if done:
+            result[key] = done
 
 
 def _held(

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
-from cdclake.config.maintenance import MIN_INPUT_FILES, RETAIN_LAST, TARGET_FILE_SIZE_BYTES
+from cdclake.config.maintenance import MIN_INPUT_FILES, RETAIN_LAST, SMALL_FILE_BYTES, TARGET_FILE_SIZE_BYTES
 from cdclake.config.settings import Settings, load
 from cdclake.contracts.events import TOMBSTONES_SUFFIX
 from cdclake.contracts.watermark import newest_carrying
@@ -213,28 +213,68 @@ def trim(spark: SparkSession, settings: Settings, snapshots: Mapping[str, int]) 
     A failure is reported, never raised: the run's data is published, and the next trim or the
     expiry tries again."""
     at_most = settings.snapshots_at_most
+
+    def one(table: str, n: int) -> dict[str, Any]:
+        full = f"{settings.catalog_name}.{settings.namespace}.{table}"
+        refresh_tables(spark, [full])
+        # Strictly older than the oldest snapshot to keep: at most ``at_most`` of them go.
+        oldest_kept = min(n - at_most // 2, at_most)
+        cut = spark.sql(
+            f"SELECT unix_millis(committed_at) FROM {full}.snapshots ORDER BY committed_at LIMIT 1 OFFSET {oldest_kept}"
+        ).collect()
+        if not cut:  # fewer than counted (another expiry ran): nothing to do here
+            return {"snapshots": n, "expired": {}}
+        older = datetime.fromtimestamp(cut[0][0] / 1000, UTC)
+        done = expire_snapshots(spark, settings, table, older, at_most // 2)
+        return {"snapshots": n, "expired": done.get("expired", {})}
+
+    return _past_bound(snapshots, at_most, "snapshots", one)
+
+
+def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, int]) -> dict[str, Any]:
+    """Each table of ``small_files`` (name: the small data files it gained since its last
+    rewrite, :func:`cdclake.lake.publish.small_files_since_rewrite`) past
+    CDCLAKE_SMALL_FILES_AT_MOST has its small files (under SMALL_FILE_BYTES) rewritten together
+    (binpack; bigger files stay as they are, whatever their deletes). Every apply adds a data file
+    and deletion vectors to its table, a few files to its side tables, and every later apply reads
+    them all: a table applied every few seconds gains a thousand an hour, between the hourly
+    compactions (docs/benchmarks.md, "Small files of a busy table"). The apply that committed calls
+    this under its locks, as :func:`trim`; a failure is reported, never raised."""
+    opts = {
+        "min-file-size-bytes": SMALL_FILE_BYTES,
+        "target-file-size-bytes": TARGET_FILE_SIZE_BYTES,
+        # Never split (or rewrite for its size) a big file: only the small ones are the apply's to tidy.
+        "max-file-size-bytes": 2**62,
+        "min-input-files": 2,
+    }
+
+    def one(table: str, n: int) -> dict[str, Any]:
+        ident = f"{settings.namespace}.{table}"
+        refresh_tables(spark, [f"{settings.catalog_name}.{ident}"])
+        done = _rows(
+            spark,
+            f"CALL {settings.catalog_name}.system.rewrite_data_files(table => {string_literal(ident)}, "
+            f"strategy => 'binpack', options => {_options(opts)})",
+        )
+        return {"small_files": n, "data_files": done[0] if done else {}}
+
+    return _past_bound(small_files, settings.small_files_at_most, "small_files", one)
+
+
+def _past_bound(
+    counts: Mapping[str, int], at_most: int, what: str, one: Callable[[str, int], dict[str, Any]]
+) -> dict[str, Any]:
+    """``one(table, count)`` for each table of ``counts`` past ``at_most``, by name; its result,
+    or the error it raised (never raised here), and the seconds it took."""
     out: dict[str, Any] = {}
-    for table, n in sorted(snapshots.items()):
+    for table, n in sorted(counts.items()):
         if n <= at_most:
             continue
-        full = f"{settings.catalog_name}.{settings.namespace}.{table}"
         start = time.monotonic()
         try:
-            refresh_tables(spark, [full])
-            # Strictly older than the oldest snapshot to keep: at most ``at_most`` of them go.
-            oldest_kept = min(n - at_most // 2, at_most)
-            cut = spark.sql(
-                f"SELECT unix_millis(committed_at) FROM {full}.snapshots ORDER BY committed_at "
-                f"LIMIT 1 OFFSET {oldest_kept}"
-            ).collect()
-            if not cut:  # fewer than counted (another expiry ran): nothing to do here
-                out[table] = {"snapshots": n, "expired": {}}
-            else:
-                older = datetime.fromtimestamp(cut[0][0] / 1000, UTC)
-                done = expire_snapshots(spark, settings, table, older, at_most // 2)
-                out[table] = {"snapshots": n, "expired": done.get("expired", {})}
+            out[table] = one(table, n)
         except Exception as exc:
-            out[table] = {"snapshots": n, "error": str(exc)[:500]}
+            out[table] = {what: n, "error": str(exc)[:500]}
         out[table]["seconds"] = round(time.monotonic() - start, 2)
     return out
 

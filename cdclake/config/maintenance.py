@@ -6,6 +6,9 @@ from __future__ import annotations
 
 TARGET_FILE_SIZE_BYTES = 128 * 1024 * 1024
 """Compaction's target data file size (the compaction API's targetFileSizeBytes)."""
+SMALL_FILE_BYTES = 16 * 1024 * 1024
+"""A data file under this is small: the apply compacts a table that gained CDCLAKE_SMALL_FILES_AT_MOST
+of them (spark_jobs.maintain.tidy); a micro-batch writes files of kilobytes."""
 MIN_INPUT_FILES = 5
 """Small files a partition needs before compaction rewrites it (the compaction API's minFilesToCompact)."""
 RETAIN_LAST = 5

@@ -382,6 +382,16 @@ class Settings:
         group=JOBS,
         minimum=4,
     )
+    small_files_at_most: int = setting(
+        30,
+        doc=(
+            "Small data files a table the apply writes may gain since its last compaction: past this, "
+            "the apply compacts its small files after its commit. Each apply adds files, and every "
+            'later apply reads them all (docs/benchmarks.md, "Small files of a busy table").'
+        ),
+        group=JOBS,
+        minimum=2,
+    )
     tombstone_retention_s: int = setting(
         7 * 24 * 3600,
         doc="How long a deleted key's ordering value is kept to stop late events resurrecting it.",

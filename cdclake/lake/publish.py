@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from cdclake.config.maintenance import SMALL_FILE_BYTES
 from cdclake.config.settings import Settings
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 class Published(NamedTuple):
     location: str  # the table's new metadata file
     snapshots: int  # how many snapshots it holds
+    small_files: int = 0  # :func:`small_files_since_rewrite` of its new main
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class _Planned:
     io: FileIO
     snapshots: int
     dropped: tuple[str, ...] = ()  # metadata files the new log no longer names, deleted once committed
+    small_files: int = 0
 
 
 def publish_tables(settings: Settings, moves: Mapping[str, Move], **hooks: Any) -> dict[str, Published]:
@@ -114,7 +117,7 @@ def publish(
             # Committed: nothing may fail the publish now. One left behind is an orphan the clean-up removes.
             with contextlib.suppress(Exception):
                 p.io.delete(gone)
-    return {p.ident: Published(p.new, p.snapshots) for p in written}
+    return {p.ident: Published(p.new, p.snapshots, p.small_files) for p in written}
 
 
 def dropped(meta: Mapping[str, Any], old: str, new: Mapping[str, Any]) -> tuple[str, ...]:
@@ -140,6 +143,24 @@ def staged_snapshot(table: Table, wap_id: str) -> Move | None:
     if len(found) > 1:
         raise ValueError(f"{len(found)} snapshots staged under one write-audit-publish id {wap_id!r}")
     return (found[0].snapshot_id, found[0].parent_snapshot_id) if found else None
+
+
+def small_files_since_rewrite(meta: Mapping[str, Any], small_bytes: int = SMALL_FILE_BYTES) -> int:
+    """The data files added to ``main`` since its newest rewrite (a ``replace`` snapshot, which
+    compaction commits) by the commits whose added files averaged under ``small_bytes``; read
+    from the snapshots' summaries alone, no manifest. Without a rewrite in its kept history, as
+    far back as that goes (an expired ancestor ends the walk)."""
+    by_id = {s["snapshot-id"]: s for s in meta.get("snapshots", [])}
+    snap, n, seen = by_id.get(main_of(meta)), 0, 0
+    while snap is not None and seen <= len(by_id):  # the bound: a cycle in a corrupt file
+        summary = snap.get("summary") or {}
+        if summary.get("operation") == "replace" and int(summary.get("deleted-data-files", 0)):
+            break  # a rewrite of data files (a rewrite of manifests alone is a replace too)
+        added = int(summary.get("added-data-files", 0))
+        if added and int(summary.get("added-files-size", 0)) < added * small_bytes:
+            n += added
+        snap, seen = by_id.get(snap.get("parent-snapshot-id")), seen + 1
+    return n
 
 
 def main_of(meta: Mapping[str, Any]) -> int | None:
@@ -285,7 +306,7 @@ def _write(
     with io.new_output(new).create(overwrite=False) as stream:
         raw = text.encode()
         stream.write(gzip.compress(raw) if new.endswith(".gz.metadata.json") else raw)
-    return _Planned(ident, old, new, io, len(meta.get("snapshots", [])), gone)
+    return _Planned(ident, old, new, io, len(meta.get("snapshots", [])), gone, small_files_since_rewrite(meta))
 
 
 def _delete(written: list[_Planned]) -> None:

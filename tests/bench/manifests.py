@@ -1,5 +1,6 @@
-"""Manifests of a busy table (not a test): `make bench-manifests` or
+"""Manifests and small files of a busy table (not a test): `make bench-manifests` or
     .venv/bin/python -m tests.bench.manifests [--applies 100] [--events 1000] [--objects 33] [--baseline 100]
+        [--small-files]
 
 A table applied pass after pass, as a draining ``cdc_apply`` task applies it, gains a manifest
 (and the MERGE a delete manifest) with every commit until Iceberg merges them, at
@@ -11,6 +12,9 @@ tables (the table and its side tables) created with the property at ``--baseline
 default: 100). Reported per block of 10 applies: wall seconds and the phases that scan the
 tables; over all the applies: wall and CPU seconds (this process, the Connect server) and the
 ratio; and each table's manifests at the end.
+With ``--small-files`` the baseline is instead cdclake without the apply's compaction of small
+files (:func:`spark_jobs.maintain.tidy`; CDCLAKE_SMALL_FILES_AT_MOST out of reach), its manifests
+merged as cdclake merges them.
 Both tables are checked against the reference model.
 """
 
@@ -54,7 +58,7 @@ def merged_at(count: int | None) -> Iterator[None]:
             d[PROPERTY] = table.MERGE_MANIFESTS[PROPERTY]
 
 
-def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any]:
+def run(applies: int, events: int, objects: int, baseline: int, small_files: bool = False) -> dict[str, Any]:
     from cdclake.dev.reference import diff, expected_tables
     from cdclake.lake.catalog import load_table
     from cdclake.lake.spark import table_ident
@@ -65,8 +69,14 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
     home = Path(tempfile.mkdtemp(prefix="cdclake-manifests-"))
     base = make_settings(home)
     os.environ.update(base.as_env())
-    modes = {"cdclake": fresh_settings(home), f"merge at {baseline}": fresh_settings(home)}
-    counts = {"cdclake": None, f"merge at {baseline}": baseline}  # None: cdclake's own
+    if small_files:
+        other = "no small-file compaction"
+        modes = {"cdclake": fresh_settings(home), other: fresh_settings(home, small_files_at_most=10**9)}
+        counts: dict[str, int | None] = {"cdclake": None, other: None}  # None: cdclake's own
+    else:
+        other = f"merge at {baseline}"
+        modes = {"cdclake": fresh_settings(home), other: fresh_settings(home)}
+        counts = {"cdclake": None, other: baseline}
     streams = {m: Stream() for m in modes}
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     manifests: dict[str, str] = {}
@@ -82,7 +92,8 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
                 t0, c0 = time.perf_counter(), cpu_seconds()
                 with merged_at(counts[m]):
                     r = apply_table(spark, modes[m], TABLE, 1000)
-                rows[m].append({"wall": time.perf_counter() - t0, "cpu": cpu_seconds() - c0, "phases": r["phases"]})
+                wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
+                rows[m].append({"wall": wall, "cpu": cpu, "phases": r["phases"], "tidied": r.get("tidied", {})})
             if i % BLOCK == BLOCK - 1:
                 print(f"[manifests] {i + 1} applies each", flush=True)
         for m, s in modes.items():
@@ -94,7 +105,8 @@ def run(applies: int, events: int, objects: int, baseline: int) -> dict[str, Any
                 t = load_table(s, name)
                 snap = t.current_snapshot() if t is not None else None
                 if t is not None and snap is not None:
-                    found.append(f"{name} {len(snap.manifests(t.io))} (merged at {t.properties.get(PROPERTY)})")
+                    files = (snap.summary.additional_properties if snap.summary else {}).get("total-data-files")
+                    found.append(f"{name} {len(snap.manifests(t.io))} manifests, {files} data files")
             manifests[m] = ", ".join(found)
     return {"rows": rows, "manifests": manifests}
 
@@ -114,7 +126,10 @@ def report(out: dict[str, Any]) -> None:
     wall = {m: statistics.fmean(r["wall"] for r in rows[m]) for m in modes}
     cpu = {m: statistics.fmean(r["cpu"] for r in rows[m]) for m in modes}
     for m in modes:
-        print(f"\n{m}: wall {wall[m]:.2f} s, CPU {cpu[m]:.2f} s per apply; manifests at the end {out['manifests'][m]}")
+        print(f"\n{m}: wall {wall[m]:.2f} s, CPU {cpu[m]:.2f} s per apply; at the end {out['manifests'][m]}")
+        tidies = [(i + 1, t, how["seconds"]) for i, r in enumerate(rows[m]) for t, how in r["tidied"].items()]
+        if tidies:
+            print(f"  small files compacted {len(tidies)} times (apply, table, s): {tidies}")
     a, b = modes
     print(f"\n{a} / {b}: wall {wall[a] / wall[b]:.2f}x, CPU {cpu[a] / cpu[b]:.2f}x")
     print("both tables match the reference model")
@@ -126,8 +141,9 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1000, help="events per micro-batch")
     ap.add_argument("--objects", type=int, default=33, help="staging objects per micro-batch")
     ap.add_argument("--baseline", type=int, default=100, help=f"the baseline table's {PROPERTY}")
+    ap.add_argument("--small-files", action="store_true", help="baseline: no compaction of small files by the apply")
     args = ap.parse_args()
-    report(run(args.applies, args.events, args.objects, args.baseline))
+    report(run(args.applies, args.events, args.objects, args.baseline, args.small_files))
 
 
 if __name__ == "__main__":

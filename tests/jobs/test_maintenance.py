@@ -342,3 +342,40 @@ def test_a_busy_table_keeps_at_most_its_snapshot_bound_and_its_watermark(
         assert "the expiry failed" in trimmed["error"] and count(ident) == 7
     assert apply(w.batches[10])["snapshots"] == 8 and count(ident) == 4  # 4 expired, not 6
     assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))
+
+
+def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
+    spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past CDCLAKE_SMALL_FILES_AT_MOST small files gained since its last rewrite, the apply that
+    committed rewrites a table's small files, its side tables' too, and nothing applies twice
+    after it. A failing rewrite is reported and the run still commits."""
+    settings = fresh_settings(spark_home, small_files_at_most=2)
+    w = generate(events=160, seed=9, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=60)
+    ident = table_ident(settings, "orders")
+
+    def data_files(table: str) -> int:
+        return int(spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0])
+
+    def apply(b: dict[str, Any]) -> dict[str, Any]:
+        stage(settings, [b])
+        (r,) = apply_all(spark, settings)
+        assert r["committed"] is True
+        tidied: dict[str, Any] = r.get("tidied", {})
+        return tidied
+
+    tidied, most = set(), 0
+    for b in w.batches[:6]:
+        done = apply(b)
+        assert not any("error" in how for how in done.values()), done
+        tidied |= {t for t, how in done.items() if how["data_files"].get("rewritten_data_files_count", 0) > 2}
+        most = max(most, data_files(ident))
+    assert {"orders", "orders__changes"} <= tidied and most <= 3  # without it: a file more per apply
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is False  # nothing pending, nothing applied twice
+
+    with monkeypatch.context() as m:
+        m.setattr("spark_jobs.maintain._options", lambda _: "map('min-input-files', 'none')")
+        errors = [how.get("error", "") for b in w.batches[6:] for how in apply(b).values()]
+    assert errors and all('"none"' in e for e in errors), errors  # reported, and every run committed
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))

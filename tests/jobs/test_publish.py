@@ -24,6 +24,7 @@ from cdclake.lake.publish import (
     main_of,
     patched,
     publish_tables,
+    small_files_since_rewrite,
     staged_snapshot,
 )
 from cdclake.lake.spark import table_ident
@@ -229,6 +230,29 @@ def test_a_publish_names_the_files_its_log_drops_only_where_the_table_asks() -> 
     meta["properties"]["write.metadata.previous-versions-max"] = "0"  # Iceberg keeps one all the same
     new = patched(meta, "m1", ("ns", "a"), (2, 1), 2000)
     assert [e["metadata-file"] for e in new["metadata-log"]] == ["m1"] and dropped(meta, "m1", new) == ("m-1", "m0")
+
+
+def test_small_files_are_counted_from_main_back_to_its_newest_rewrite_of_data_files() -> None:
+    def snap(sid: int, parent: int | None, op: str, **summary: int) -> dict[str, Any]:
+        counts = {k.replace("_", "-"): str(v) for k, v in summary.items()}
+        return {"snapshot-id": sid, "parent-snapshot-id": parent, "summary": {"operation": op, **counts}}
+
+    mb = 1024 * 1024
+    line = [
+        snap(1, None, "append", added_data_files=3, added_files_size=3 * mb),
+        snap(2, 1, "replace", deleted_data_files=3, added_data_files=1, added_files_size=mb),  # compaction
+        snap(3, 2, "overwrite", added_data_files=2, added_files_size=2 * mb),
+        snap(4, 3, "replace"),  # rewrite_manifests: not a rewrite of data files
+        snap(5, 4, "overwrite", added_data_files=1, added_files_size=64 * mb),  # a bulk apply's big file
+        snap(6, 5, "append", added_data_files=4, added_files_size=4 * mb),
+        snap(7, 6, "overwrite"),  # deletes only
+        snap(8, 6, "append", added_data_files=9, added_files_size=9),  # not on main's line
+    ]
+    meta = {"snapshots": line, "refs": {"main": {"snapshot-id": 7, "type": "branch"}}}
+    assert small_files_since_rewrite(meta) == 6  # 3's 2 and 6's 4; not 1's (before the rewrite), 5's or 8's
+    assert small_files_since_rewrite(meta, small_bytes=128 * mb) == 7  # 5's file is small by this bound
+    assert small_files_since_rewrite({**meta, "snapshots": line[2:]}) == 6  # an expired ancestor ends the walk
+    assert small_files_since_rewrite({"snapshots": [], "current-snapshot-id": -1}) == 0
 
 
 @pytest.mark.spark
