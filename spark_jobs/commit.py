@@ -205,6 +205,13 @@ def _empty(df: DataFrame, todo: list[str], names: list[str], known: int | None) 
     return df.isEmpty()
 
 
+ONE_FILE_BELOW = 100_000
+"""A run of fewer events (its receipts' count) writes each side table's rows as one file. Else
+its write makes a file per task of the classification (up to spark.sql.shuffle.partitions), and
+every later apply reads them all until they are compacted (docs/benchmarks.md, "Small files of a
+busy table"). A bigger run keeps its tasks' parallel write."""
+
+
 def _append_aux(p: Pending, suffix: str, build: Build, stage: Stage, known: int | None = None) -> None:
     run = p.run
     ident = run.ident(suffix)
@@ -221,8 +228,11 @@ def _append_aux(p: Pending, suffix: str, build: Build, stage: Stage, known: int 
             ensure_table(run.spark, ident, df, key=False)
         return
     schema = ensure_table(run.spark, ident, df, key=False)
+    rows = align_to(df, schema)
+    if p.events_at_most is not None and p.events_at_most < ONE_FILE_BELOW:
+        rows = rows.coalesce(1)
     with Commit(run.spark, run.watermark_props(wm, todo)), stage.write(ident):
-        align_to(df, schema).writeTo(ident).append()
+        rows.writeTo(ident).append()
 
 
 def _write_without_commit(spark: SparkSession, ident: str, source: DataFrame, columns: Sequence[str]) -> None:

@@ -235,7 +235,7 @@ def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, int]
     """Each table of ``small_files`` (name: the small data files it gained since its last
     rewrite, :func:`cdclake.lake.publish.small_files_since_rewrite`) past
     CDCLAKE_SMALL_FILES_AT_MOST has its small files (under SMALL_FILE_BYTES) rewritten together
-    (binpack; bigger files stay as they are, whatever their deletes). Every apply adds a data file
+    (binpack; a bigger file stays as it is unless every row of it is deleted). Every apply adds a data file
     and deletion vectors to its table, a few files to its side tables, and every later apply reads
     them all: a table applied every few seconds gains a thousand an hour, between the hourly
     compactions (docs/benchmarks.md, "Small files of a busy table"). The apply that committed calls
@@ -243,8 +243,10 @@ def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, int]
     opts = {
         "min-file-size-bytes": SMALL_FILE_BYTES,
         "target-file-size-bytes": TARGET_FILE_SIZE_BYTES,
-        # Never split (or rewrite for its size) a big file: only the small ones are the apply's to tidy.
+        # Never split a big file, nor rewrite it for its deletes (Iceberg's default: 30% of its rows)
+        # unless all its rows are gone: a big rewrite is the hourly compaction's, not a pass's.
         "max-file-size-bytes": 2**62,
+        "delete-ratio-threshold": 1.0,
         "min-input-files": 2,
     }
 

@@ -23,7 +23,7 @@ from cdclake.lake.catalog import load_table, table_watermark
 from cdclake.lake.cleanup import clean_staging
 from cdclake.lake.health import compaction_candidates, table_health
 from cdclake.lake.spark import table_ident
-from spark_jobs.maintain import compact, expire
+from spark_jobs.maintain import compact, expire, tidy
 from spark_jobs.table import MERGE_MANIFESTS, MIN_COUNT_TO_MERGE
 from tests.support import apply_all, fresh_settings, stage, table_rows
 
@@ -344,6 +344,23 @@ def test_a_busy_table_keeps_at_most_its_snapshot_bound_and_its_watermark(
     assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))
 
 
+def _data_files(spark: Any, table: str) -> int:
+    return int(spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0])
+
+
+def test_a_small_run_writes_each_side_table_s_rows_as_one_file(spark: Any, spark_home: Path) -> None:
+    """A run of fewer than commit.ONE_FILE_BELOW events, here of many objects, writes one file
+    to each side table (else one per task of its classification)."""
+    settings = fresh_settings(spark_home)
+    w = generate(events=600, seed=10, tables=("orders",), batch_size=25, duplicate_every=0, keys_per_table=80)
+    stage(settings, w.batches)
+    (r,) = apply_all(spark, settings)
+    assert r["committed"] is True and r["objects"] == len(w.batches) and r["applied"] > 0
+    ident = table_ident(settings, "orders")
+    assert _data_files(spark, ident + "__changes") == 1 and _data_files(spark, ident + "__tombstones") == 1
+    assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))
+
+
 def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
     spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,11 +368,8 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
     committed rewrites a table's small files, its side tables' too, and nothing applies twice
     after it. A failing rewrite is reported and the run still commits."""
     settings = fresh_settings(spark_home, small_files_at_most=2)
-    w = generate(events=160, seed=9, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=60)
+    w = generate(events=200, seed=9, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=60)
     ident = table_ident(settings, "orders")
-
-    def data_files(table: str) -> int:
-        return int(spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0])
 
     def apply(b: dict[str, Any]) -> dict[str, Any]:
         stage(settings, [b])
@@ -369,7 +383,7 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
         done = apply(b)
         assert not any("error" in how for how in done.values()), done
         tidied |= {t for t, how in done.items() if how["data_files"].get("rewritten_data_files_count", 0) > 2}
-        most = max(most, data_files(ident))
+        most = max(most, _data_files(spark, ident))
     assert {"orders", "orders__changes"} <= tidied and most <= 3  # without it: a file more per apply
     (r,) = apply_all(spark, settings)
     assert r["committed"] is False  # nothing pending, nothing applied twice
@@ -379,3 +393,31 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
         errors = [how.get("error", "") for b in w.batches[6:] for how in apply(b).values()]
     assert errors and all('"none"' in e for e in errors), errors  # reported, and every run committed
     assert not diff(expected_tables(w.batches)["orders"], table_rows(spark, ident))
+
+
+def test_the_apply_s_compaction_rewrites_small_files_and_a_big_one_only_once_all_its_rows_are_gone(
+    spark: Any, spark_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tidy rewrites the files under SMALL_FILE_BYTES; a bigger one stays, whatever share of its
+    rows is deleted (Iceberg's rewrite would take one with 30%), unless every row of it is."""
+    settings = fresh_settings(spark_home, small_files_at_most=2)
+    ident = table_ident(settings, "big")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {settings.catalog_name}.{settings.namespace}")
+    spark.sql(
+        f"CREATE TABLE {ident} (id INT) USING iceberg "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    for i in range(3):
+        spark.createDataFrame([(4 * i + j,) for j in range(4)], "id int").coalesce(1).writeTo(ident).append()
+    spark.sql(f"DELETE FROM {ident} WHERE id % 2 = 0 OR id >= 8")  # half of two files, all of the third
+
+    def rewritten() -> int:
+        (how,) = tidy(spark, settings, {"big": 3}).values()
+        assert "error" not in how, how
+        return int(how["data_files"].get("rewritten_data_files_count", 0))
+
+    with monkeypatch.context() as m:
+        m.setattr("spark_jobs.maintain.SMALL_FILE_BYTES", 1)  # every file is big
+        assert rewritten() == 1  # the third: all its rows deleted
+    assert rewritten() == 2  # small: the two left, rewritten together
+    assert sorted(r[0] for r in spark.table(ident).collect()) == [1, 3, 5, 7]
