@@ -228,18 +228,23 @@ def trim(spark: SparkSession, settings: Settings, snapshots: Mapping[str, int]) 
         done = expire_snapshots(spark, settings, table, older, at_most // 2)
         return {"snapshots": n, "expired": done.get("expired", {})}
 
-    return _past_bound(snapshots, at_most, "snapshots", one)
+    return _each({t: n for t, n in snapshots.items() if n > at_most}, "snapshots", one)
 
 
-def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, int]) -> dict[str, Any]:
-    """Each table of ``small_files`` (name: the small data files it gained since its last
-    rewrite, :func:`cdclake.lake.publish.small_files_since_rewrite`) past
-    CDCLAKE_SMALL_FILES_AT_MOST has its small files (under SMALL_FILE_BYTES) rewritten together
-    (binpack; a bigger file stays as it is unless every row of it is deleted). Every apply adds a data file
-    and deletion vectors to its table, a few files to its side tables, and every later apply reads
-    them all: a table applied every few seconds gains a thousand an hour, between the hourly
-    compactions (docs/benchmarks.md, "Small files of a busy table"). The apply that committed calls
-    this under its locks, as :func:`trim`; a failure is reported, never raised."""
+def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+    """Each table of ``small_files`` (name: the small data files it had gained since its last
+    rewrite before the publish and after it, :func:`cdclake.lake.publish.small_files_since_rewrite`)
+    whose publish took that count past a multiple of CDCLAKE_SMALL_FILES_AT_MOST has its small
+    files (under SMALL_FILE_BYTES) rewritten together (binpack; a bigger file stays as it is
+    unless every row of it is deleted). Past a multiple, not past the bound: a rewrite that finds
+    nothing to do (one small file per partition) commits nothing and resets no count, and is
+    not planned again at every apply. Every apply adds a data file and deletion vectors to its
+    table and a file to each side table, and every later apply reads them all: a table applied
+    every few seconds gains a thousand an hour, between the hourly compactions
+    (docs/benchmarks.md, "Small files of a busy table"). The apply that committed calls this
+    under its locks (a side table's lock is its table's), as :func:`trim`; a failure is
+    reported, never raised, and the next multiple tries again."""
+    at_most = settings.small_files_at_most
     opts = {
         "min-file-size-bytes": SMALL_FILE_BYTES,
         "target-file-size-bytes": TARGET_FILE_SIZE_BYTES,
@@ -260,18 +265,18 @@ def tidy(spark: SparkSession, settings: Settings, small_files: Mapping[str, int]
         )
         return {"small_files": n, "data_files": done[0] if done else {}}
 
-    return _past_bound(small_files, settings.small_files_at_most, "small_files", one)
+    def passed(n: int) -> int:  # the multiples of the bound ``n`` is past
+        return max(0, n - 1) // at_most
+
+    due = {t: now for t, (before, now) in small_files.items() if passed(now) > passed(before)}
+    return _each(due, "small_files", one)
 
 
-def _past_bound(
-    counts: Mapping[str, int], at_most: int, what: str, one: Callable[[str, int], dict[str, Any]]
-) -> dict[str, Any]:
-    """``one(table, count)`` for each table of ``counts`` past ``at_most``, by name; its result,
-    or the error it raised (never raised here), and the seconds it took."""
+def _each(due: Mapping[str, int], what: str, one: Callable[[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """``one(table, count)`` for each table of ``due``, by name; its result, or the error it
+    raised (never raised here), and the seconds it took."""
     out: dict[str, Any] = {}
-    for table, n in sorted(counts.items()):
-        if n <= at_most:
-            continue
+    for table, n in sorted(due.items()):
         start = time.monotonic()
         try:
             out[table] = one(table, n)

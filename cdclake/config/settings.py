@@ -385,9 +385,11 @@ class Settings:
     small_files_at_most: int = setting(
         30,
         doc=(
-            "Small data files a table the apply writes may gain since its last compaction: past this, "
-            "the apply compacts its small files after its commit. Each apply adds files, and every "
-            'later apply reads them all (docs/benchmarks.md, "Small files of a busy table").'
+            "Small data files a table the apply writes may gain since its last compaction: past this "
+            "(and each further multiple, if a compaction found nothing to rewrite), the apply compacts "
+            "its small files after its commit. Counted over the snapshots the table keeps "
+            "(CDCLAKE_SNAPSHOTS_AT_MOST). Each apply adds files, and every later apply reads them all "
+            '(docs/benchmarks.md, "Small files of a busy table").'
         ),
         group=JOBS,
         minimum=2,

@@ -26,8 +26,10 @@ from functools import lru_cache
 from typing import Any
 
 from cdclake.config.settings import Settings
+from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
 
 TABLE = "cdclake_table_locks"
+SIDE_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
 WAITERS = "cdclake_table_lock_waiters"
 DEFAULT_TTL_S = 600.0
 WAITER_TTL_S = 30.0
@@ -167,6 +169,16 @@ def holder(settings: Settings, table: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def lock_name(table: str) -> str:
+    """The lock ``table`` is written under: a side table's (``orders__changes``) is its table's
+    (``orders``), which the apply holds while it writes both, and so does a compaction of the side
+    table alone (else the hourly one and the apply's own could rewrite it at once)."""
+    for suffix in SIDE_SUFFIXES:
+        if table.lower().endswith(suffix):
+            return table[: -len(suffix)]
+    return table
+
+
 @contextlib.contextmanager
 def table_lock(
     settings: Settings,
@@ -178,7 +190,8 @@ def table_lock(
 ) -> Iterator[str]:
     """Hold ``table``'s lock for the block, waiting up to ``wait_s`` for it, first come first
     served; renewed every ``ttl_s / 3`` so a long rewrite keeps it, and it expires ``ttl_s``
-    after a holder dies."""
+    after a holder dies. A side table's lock is its table's (:func:`lock_name`)."""
+    table = lock_name(table)
     owner = owner_id(role)
     deadline = time.monotonic() + wait_s
     since = time.time()

@@ -55,7 +55,7 @@ DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 class Published(NamedTuple):
     location: str  # the table's new metadata file
     snapshots: int  # how many snapshots it holds
-    small_files: int = 0  # :func:`small_files_since_rewrite` of its new main
+    small_files: tuple[int, int] = (0, 0)  # :func:`small_files_since_rewrite` of its old main and its new
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class _Planned:
     io: FileIO
     snapshots: int
     dropped: tuple[str, ...] = ()  # metadata files the new log no longer names, deleted once committed
-    small_files: int = 0
+    small_files: tuple[int, int] = (0, 0)
 
 
 def publish_tables(settings: Settings, moves: Mapping[str, Move], **hooks: Any) -> dict[str, Published]:
@@ -100,7 +100,10 @@ def publish(
     try:
         for ident, move in moves.items():
             new = patched(metas[ident], current[ident], ident, move, now_ms)
-            written.append(_write(catalog, ident, current[ident], new, dropped(metas[ident], current[ident], new)))
+            small = (small_files_since_rewrite(metas[ident]), small_files_since_rewrite(new))
+            written.append(
+                _write(catalog, ident, current[ident], new, dropped(metas[ident], current[ident], new), small)
+            )
         if before_swap is not None:
             before_swap()
         with _session(catalog) as session:
@@ -145,22 +148,38 @@ def staged_snapshot(table: Table, wap_id: str) -> Move | None:
     return (found[0].snapshot_id, found[0].parent_snapshot_id) if found else None
 
 
+ADDED_FILES, REMOVED_FILES, ADDED_SIZE = "added-data-files", "deleted-data-files", "added-files-size"
+
+
 def small_files_since_rewrite(meta: Mapping[str, Any], small_bytes: int = SMALL_FILE_BYTES) -> int:
-    """The data files added to ``main`` since its newest rewrite (a ``replace`` snapshot, which
-    compaction commits) by the commits whose added files averaged under ``small_bytes``; read
-    from the snapshots' summaries alone, no manifest. Without a rewrite in its kept history, as
-    far back as that goes (an expired ancestor ends the walk)."""
-    by_id = {s["snapshot-id"]: s for s in meta.get("snapshots", [])}
+    """The small data files ``main`` gained since its newest rewrite of data files (a ``replace``
+    snapshot that removed some: compaction): per commit whose added files averaged under
+    ``small_bytes``, the data files it added less those it removed (a copy-on-write MERGE replaces
+    the files it changes). Read from the snapshots' summaries alone, no manifest; a summary
+    without the sizes, or with a value that is not a number (another engine's), counts nothing:
+    this count never fails a publish. Without a rewrite in its kept history, as far back as that
+    goes (an expired ancestor ends the walk)."""
+    by_id = {s.get("snapshot-id"): s for s in meta.get("snapshots", [])}
     snap, n, seen = by_id.get(main_of(meta)), 0, 0
     while snap is not None and seen <= len(by_id):  # the bound: a cycle in a corrupt file
         summary = snap.get("summary") or {}
-        if summary.get("operation") == "replace" and int(summary.get("deleted-data-files", 0)):
+        added, removed, size = (_count(summary, k) for k in (ADDED_FILES, REMOVED_FILES, ADDED_SIZE))
+        if summary.get("operation") == "replace" and removed:
             break  # a rewrite of data files (a rewrite of manifests alone is a replace too)
-        added = int(summary.get("added-data-files", 0))
-        if added and int(summary.get("added-files-size", 0)) < added * small_bytes:
-            n += added
+        if added and size is not None and size < added * small_bytes:
+            n += max(0, added - (removed or 0))
         snap, seen = by_id.get(snap.get("parent-snapshot-id")), seen + 1
     return n
+
+
+def _count(summary: Mapping[str, Any], key: str) -> int | None:
+    """A snapshot summary's count (Iceberg writes them as strings and leaves out a zero: 0 then,
+    except for the size); None: not a number."""
+    value = summary.get(key, None if key == ADDED_SIZE else 0)
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def main_of(meta: Mapping[str, Any]) -> int | None:
@@ -295,7 +314,12 @@ def _next_location(old: str) -> str:
 
 
 def _write(
-    catalog: SqlCatalog, ident: Identifier, old: str, meta: dict[str, Any], gone: tuple[str, ...] = ()
+    catalog: SqlCatalog,
+    ident: Identifier,
+    old: str,
+    meta: dict[str, Any],
+    gone: tuple[str, ...] = (),
+    small_files: tuple[int, int] = (0, 0),
 ) -> _Planned:
     from pyiceberg.table.metadata import TableMetadataUtil
 
@@ -306,7 +330,7 @@ def _write(
     with io.new_output(new).create(overwrite=False) as stream:
         raw = text.encode()
         stream.write(gzip.compress(raw) if new.endswith(".gz.metadata.json") else raw)
-    return _Planned(ident, old, new, io, len(meta.get("snapshots", [])), gone, small_files_since_rewrite(meta))
+    return _Planned(ident, old, new, io, len(meta.get("snapshots", [])), gone, small_files)
 
 
 def _delete(written: list[_Planned]) -> None:

@@ -233,7 +233,7 @@ def test_a_publish_names_the_files_its_log_drops_only_where_the_table_asks() -> 
 
 
 def test_small_files_are_counted_from_main_back_to_its_newest_rewrite_of_data_files() -> None:
-    def snap(sid: int, parent: int | None, op: str, **summary: int) -> dict[str, Any]:
+    def snap(sid: int, parent: int | None, op: str, **summary: int | str) -> dict[str, Any]:
         counts = {k.replace("_", "-"): str(v) for k, v in summary.items()}
         return {"snapshot-id": sid, "parent-snapshot-id": parent, "summary": {"operation": op, **counts}}
 
@@ -247,12 +247,21 @@ def test_small_files_are_counted_from_main_back_to_its_newest_rewrite_of_data_fi
         snap(6, 5, "append", added_data_files=4, added_files_size=4 * mb),
         snap(7, 6, "overwrite"),  # deletes only
         snap(8, 6, "append", added_data_files=9, added_files_size=9),  # not on main's line
+        snap(9, 7, "overwrite", added_data_files=2, deleted_data_files=2, added_files_size=mb),  # copy-on-write
+        snap(10, 9, "overwrite", added_data_files=3, deleted_data_files=1, added_files_size=mb),
+        {"snapshot-id": 11, "parent-snapshot-id": 10, "summary": {"operation": "append", "added-data-files": "4"}},
+        snap(12, 11, "append", added_data_files=5, added_files_size=mb, total_records="x"),
+        {"snapshot-id": 13, "parent-snapshot-id": 12, "summary": {"operation": "append", "added-data-files": "many"}},
     ]
-    meta = {"snapshots": line, "refs": {"main": {"snapshot-id": 7, "type": "branch"}}}
+    meta: dict[str, Any] = {"snapshots": line, "refs": {"main": {"snapshot-id": 7, "type": "branch"}}}
     assert small_files_since_rewrite(meta) == 6  # 3's 2 and 6's 4; not 1's (before the rewrite), 5's or 8's
     assert small_files_since_rewrite(meta, small_bytes=128 * mb) == 7  # 5's file is small by this bound
     assert small_files_since_rewrite({**meta, "snapshots": line[2:]}) == 6  # an expired ancestor ends the walk
     assert small_files_since_rewrite({"snapshots": [], "current-snapshot-id": -1}) == 0
+    # Added less removed (9: none, 10: 2); without its sizes (11) or with a count that is not a
+    # number (13) a commit counts nothing, and a value it does not read (12's) fails nothing.
+    meta["refs"]["main"]["snapshot-id"] = 13
+    assert small_files_since_rewrite(meta) == 6 + 2 + 5
 
 
 @pytest.mark.spark
