@@ -26,7 +26,8 @@ MAX_EVENTS_PER_BATCH = 100_000
 CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX = "__changes", "__quarantine", "__tombstones"
 # Not a table: the name the query API gives a table's row history (cdclake.query.statements.history_sql).
 HISTORY_SUFFIX = "__history"
-RESERVED_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX, HISTORY_SUFFIX)
+SIDE_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
+RESERVED_SUFFIXES = (*SIDE_SUFFIXES, HISTORY_SUFFIX)
 # Debezium's stand-in for a column value it did not capture (unchanged TOASTed Postgres values):
 # the stored value must be kept, never overwritten with this string.
 UNAVAILABLE = "__debezium_unavailable_value"

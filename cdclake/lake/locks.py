@@ -26,10 +26,9 @@ from functools import lru_cache
 from typing import Any
 
 from cdclake.config.settings import Settings
-from cdclake.contracts.events import CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX
+from cdclake.contracts.events import SIDE_SUFFIXES
 
 TABLE = "cdclake_table_locks"
-SIDE_SUFFIXES = (CHANGES_SUFFIX, QUARANTINE_SUFFIX, TOMBSTONES_SUFFIX)
 WAITERS = "cdclake_table_lock_waiters"
 DEFAULT_TTL_S = 600.0
 WAITER_TTL_S = 30.0
