@@ -18,7 +18,7 @@ from cdclake import staging
 from cdclake.config.settings import Settings
 from cdclake.dev.reference import diff, expected_tables
 from cdclake.dev.workload import generate
-from cdclake.lake import locks
+from cdclake.lake import changes, locks
 from cdclake.lake.catalog import load_table, table_watermark
 from cdclake.lake.cleanup import clean_staging
 from cdclake.lake.health import compaction_candidates, table_health
@@ -394,16 +394,25 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
         stage(settings, [b])
         (r,) = apply_all(spark, settings)
         assert r["committed"] is True
+        applied.append(r["applied"])
         tidied: dict[str, Any] = r.get("tidied", {})
         return tidied
 
-    tidied, most = set(), 0
+    tidied, most, applied = set(), 0, list[int]()
+    followed: list[changes.Change] = []  # a subscriber's change feed, page by page
     for b in w.batches[:6]:
         done = apply(b)
         assert not any("error" in how for how in done.values()), done
         tidied |= {t for t, how in done.items() if how["data_files"].get("rewritten_data_files_count", 0) > 2}
         most = max(most, _data_files(spark, ident))
+        followed += _page(settings, followed, 8)  # behind the head: its cursor lands in compacted files
     assert {"orders", "orders__changes"} <= tidied and most <= 3  # without it: a file more per apply
+    while page := _page(settings, followed, 50):
+        followed += page
+    # The change feed reads __changes by value, not by file: its compaction changes no page.
+    assert [c.position for c in followed] == sorted({c.position for c in followed})  # in order, each once
+    whole = changes.read_changes(settings, "orders", None, changes.OPERATIONS, 10_000)
+    assert followed == whole and len(whole) == sum(applied)
     (r,) = apply_all(spark, settings)
     assert r["committed"] is False  # nothing pending, nothing applied twice
 
@@ -416,6 +425,13 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
     # nothing to do resets no count, and is not planned again at every apply.
     due = tidy(spark, settings, {"orders": (2, 3), "orders__changes": (3, 4), "orders__tombstones": (4, 5)})
     assert sorted(due) == ["orders", "orders__tombstones"]
+
+
+def _page(settings: Settings, followed: list[changes.Change], limit: int) -> list[changes.Change]:
+    """A subscriber's next page of ``orders``' change feed, after what it has ``followed``."""
+    return changes.read_changes(
+        settings, "orders", followed[-1].position if followed else None, changes.OPERATIONS, limit
+    )
 
 
 def test_the_apply_s_compaction_rewrites_small_files_and_a_big_one_only_once_all_its_rows_are_gone(
