@@ -385,7 +385,8 @@ def test_a_busy_table_is_compacted_by_the_apply_past_its_small_files_bound(
 ) -> None:
     """Past CDCLAKE_SMALL_FILES_AT_MOST small files gained since its last rewrite, the apply that
     committed rewrites a table's small files, its side tables' too, and nothing applies twice
-    after it. A failing rewrite is reported and the run still commits."""
+    after it; a change-feed subscriber paging through it reads each change once, in order. A
+    failing rewrite is reported and the run still commits."""
     settings = fresh_settings(spark_home, small_files_at_most=2)
     w = generate(events=200, seed=9, tables=("orders",), batch_size=20, duplicate_every=0, keys_per_table=60)
     ident = table_ident(settings, "orders")
