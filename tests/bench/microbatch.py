@@ -1,5 +1,5 @@
 """Micro-batch benchmark (not a test): `make bench-microbatch` or
-    .venv/bin/python -m tests.bench.microbatch [--events 30,4000] [--objects 30] [--applies 6]
+    .venv/bin/python -m tests.bench.microbatch [--events 30,4000] [--objects 30] [--applies 6] [--connect] [--parts]
 
 What one small apply costs alone, the number freshness is made of: a table made from 20,000
 events over 20,000 keys, then ``--applies`` micro-batches per size, each ``--objects`` staging
@@ -95,6 +95,51 @@ def counting_jobs(spark: Any) -> Iterator[dict[str, int]]:
         yield jobs
     finally:
         ap.Phases.__init__, ap.Phases.end = init, end  # type: ignore[method-assign]
+
+
+PARTS = {
+    "spark_jobs.apply": (
+        "refresh_tables", "read_events", "ensure_table", "fit", "mark_seen", "decide", "account",
+        "log_decisions", "commit_table", "_upkeep", "fill_defaults",
+    ),
+    "spark_jobs.decide": ("truncation",),  # called inside decide: a part of it
+}  # fmt: skip
+"""The functions ``--parts`` times, by the module they are called through."""
+
+
+@contextmanager
+def timing_parts() -> Iterator[dict[str, list[float]]]:
+    """Wall seconds of each call of the functions in :data:`PARTS` and of ``Stage.publish``
+    (phases lump some together; a Connect client sees no Spark jobs to count instead)."""
+    import importlib
+
+    from spark_jobs.stage import Stage
+
+    times: dict[str, list[float]] = {}
+    undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(owner: Any, name: str) -> None:
+        f = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+
+        undo.append((owner, name, f))
+        setattr(owner, name, timed)
+
+    for module, names in PARTS.items():
+        for name in names:
+            wrap(importlib.import_module(module), name)
+    wrap(Stage, "publish")
+    try:
+        yield times
+    finally:
+        for owner, name, f in reversed(undo):
+            setattr(owner, name, f)
 
 
 def is_remote(spark: Any) -> bool:
@@ -264,9 +309,22 @@ def main() -> None:
     ap.add_argument(
         "--connect", action="store_true", help="apply through a Spark Connect server, as the default stack does"
     )
+    ap.add_argument(
+        "--parts", action="store_true", help="also time the apply's functions (PARTS) over the last size's applies"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.events.split(",") if s.strip()]
-    report(run(sizes, args.objects, max(2, args.applies), tuple(args.conf), args.warm, args.connect))
+    applies = max(2, args.applies)
+    timing: contextlib.AbstractContextManager[dict[str, list[float]]] = (
+        timing_parts() if args.parts else contextlib.nullcontext({})
+    )
+    with timing as parts:
+        results = run(sizes, args.objects, applies, tuple(args.conf), args.warm, args.connect)
+    report(results)
+    if parts:
+        print(f"\n{sizes[-1]} events: part  median s over its {applies} applies")
+        for name, calls in sorted(parts.items(), key=lambda kv: -statistics.median(kv[1][-applies:])):
+            print(f"  {name:<15}{statistics.median(calls[-applies:]):>7.3f}")
 
 
 if __name__ == "__main__":
